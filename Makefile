@@ -1,0 +1,56 @@
+# The Attention Ledger: two commands on a fresh machine (Python 3.11 and make).
+#   make book   installs into .venv if needed, builds _build/html
+#   make test   installs if needed, runs ruff, pytest (unit, property, nbval) and the strict book build
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# torch is installed first, and only when the venv has none: the CPU build on
+# this project's machines. Elsewhere, point TORCH_INSTALL at the wheel you want.
+TORCH_INSTALL ?= torch==2.13.0
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+export OMP_NUM_THREADS ?= 2
+
+.PHONY: install book test lint unit nbval book-strict notebooks lab bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_INSTALL)"
+	$(PIP) install -q -r requirements-dev.txt -e .
+	@touch $@
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --keep-going
+	@echo "open _build/html/index.html"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests
+
+nbval: $(STAMP)
+	$(BIN)/pytest -q $(NBVAL) notebooks
+
+book-strict: $(STAMP)
+	$(BIN)/jupyter-book build . -W -n --keep-going
+
+test: lint unit nbval book-strict
+
+# re-execute every notebook in place (outputs and widget state written by nbclient)
+notebooks: $(STAMP)
+	$(BIN)/python -m jupyter nbconvert --to notebook --execute --inplace \
+	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
+	  --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks
+
+clean:
+	rm -rf _build

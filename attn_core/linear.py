@@ -1,0 +1,320 @@
+"""Causal linear attention in its three forms, plain and gated.
+
+Drop the softmax and the product becomes associative, (Q K^T) V = Q (K^T V),
+and causal attention becomes a recurrence on a fixed-size state:
+
+    S_t = gamma_t * S_{t-1} + k_t v_t^T      (state: D_k x D_v)
+    y_t = S_t^T q_t
+
+gamma_t = 1 is plain linear attention; a constant gamma < 1 is RetNet's
+decay; a gamma_t computed from the token is the data-dependent gate of
+Mamba-2 / gated linear attention. Each is written three ways, as in fla's
+``naive.py`` files, and the tests check the three agree:
+
+* parallel: Y = ((Q K^T) * D) V with D[t, s] = prod_{r=s+1..t} gamma_r, O(N^2)
+* recurrent: the loop above, one token at a time, O(N D_k D_v)
+* chunked: parallel inside chunks of C tokens, recurrent across chunks,
+  O(N C D + N D_k D_v), how these models are trained.
+
+Shapes: q, k (..., N, D_k); v (..., N, D_v); gamma (..., N) in (0, 1];
+outputs (..., N, D_v). Any leading batch dims, any N (not only multiples of C).
+
+Decays are handled in log space, log D[t, s] = sum_{r=s+1..t} log gamma_r,
+summed without subtracting two large prefix sums, so gamma as small as 1e-30
+neither underflows early nor loses precision.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import _checks
+
+__all__ = [
+    "causal_linear_attention_parallel",
+    "causal_linear_attention_recurrent",
+    "causal_linear_attention_chunked",
+    "causal_linear_attention_chunked_loop",
+    "gated_linear_attention_parallel",
+    "gated_linear_attention_recurrent",
+    "gated_linear_attention_chunked",
+    "gated_linear_attention_chunked_loop",
+    "linear_attention_step",
+    "segment_sum",
+    "DEFAULT_CHUNK",
+]
+
+DEFAULT_CHUNK = 64
+
+
+# --------------------------------------------------------------------------- checks
+def _check_gamma(gamma, q: torch.Tensor) -> torch.Tensor:
+    """gamma must be (..., N), broadcastable to q's leading dims, values in (0, 1]."""
+    _checks.tensor("gamma", gamma, min_dim=1)
+    n = q.shape[-2]
+    if gamma.shape[-1] != n:
+        raise ValueError(f"gamma must have shape (..., N) with N = {n}, got {tuple(gamma.shape)}")
+    try:
+        torch.broadcast_shapes(gamma.shape, q.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"gamma of shape {tuple(gamma.shape)} does not broadcast to q's (..., N) = {tuple(q.shape[:-1])}"
+        ) from None
+    if gamma.device.type != "meta" and not bool(((gamma > 0) & (gamma <= 1)).all()):
+        raise ValueError(
+            f"gamma must lie in (0, 1], got min {gamma.min().item():.3g}, max {gamma.max().item():.3g}"
+        )
+    return gamma
+
+
+def _check_chunk(chunk) -> int:
+    return _checks.positive_int("chunk", chunk)
+
+
+def _log_gamma(gamma: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """log gamma in at least float32 (float64 stays float64)."""
+    work = torch.promote_types(dtype, torch.float32)
+    return torch.log(gamma.to(work))
+
+
+def segment_sum(x: torch.Tensor) -> torch.Tensor:
+    """Pairwise segment sums of the last dim: out[..., t, s] = x[s+1] + ... + x[t].
+
+    x: (..., T) -> (..., T, T); the diagonal is 0 and entries above it
+    (s > t) are -inf, so ``exp(segment_sum(log gamma))`` is the decay matrix
+    D of the gated parallel form. Each entry is a cumulative sum of the terms
+    it covers, not a difference of two prefix sums, so it stays exact for
+    very negative logs (Mamba-2's ``segsum``).
+    """
+    t = x.shape[-1]
+    xx = x[..., None].expand(*x.shape, t)  # (..., T, T): xx[..., i, j] = x[i]
+    below = torch.ones(t, t, dtype=torch.bool, device=x.device).tril(-1)
+    xx = xx.masked_fill(~below, 0.0)  # keep x[i] only where i > j
+    out = torch.cumsum(xx, dim=-2)  # out[..., t, s] = sum_{s < i <= t} x[i]
+    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    return out.masked_fill(~causal, float("-inf"))
+
+
+def _pad_to_chunks(x: torch.Tensor, chunk: int, dim: int, value: float = 0.0) -> torch.Tensor:
+    """Right-pad dimension ``dim`` (negative) of x to a multiple of ``chunk``."""
+    n = x.shape[dim]
+    pad = (-n) % chunk
+    if pad == 0:
+        return x
+    widths = [0, 0] * (-dim - 1) + [0, pad]
+    return F.pad(x, widths, value=value)
+
+
+# --------------------------------------------------------------------------- plain
+def causal_linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Parallel form: Y = ((Q K^T) * M) V with M the lower-triangular 0/1 mask.
+
+    q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v). O(N^2 D) like
+    softmax attention, but one batched matmul: the training form.
+    """
+    n, _, _ = _checks.qkv(q, k, v)
+    mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()  # (N, N)
+    scores = (q @ k.transpose(-2, -1)).masked_fill(~mask, 0.0)  # (..., N, N)
+    return scores @ v  # (..., N, D_v)
+
+
+def causal_linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Recurrent form: S_t = S_{t-1} + k_t v_t^T, y_t = S_t^T q_t.
+
+    q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v). The state S is a
+    D_k x D_v matrix whatever N is: the inference form. A Python loop over
+    tokens, written for clarity, not speed.
+    """
+    return gated_linear_attention_recurrent(q, k, v, None)
+
+
+def causal_linear_attention_chunked_loop(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = DEFAULT_CHUNK
+) -> torch.Tensor:
+    """Chunked form, readable version with a loop over chunks (seed algorithm).
+
+    For chunk c of C tokens: y_c = ((Q_c K_c^T) * M) V_c + Q_c S_{c-1}, then
+    S_c = S_{c-1} + K_c^T V_c. The last chunk may be shorter.
+    q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v).
+    """
+    n, d_k, d_v = _checks.qkv(q, k, v)
+    chunk = _check_chunk(chunk)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    state = q.new_zeros(*lead, d_k, d_v)  # (..., D_k, D_v)
+    outs = []
+    for s in range(0, n, chunk):
+        qc, kc, vc = q[..., s:s + chunk, :], k[..., s:s + chunk, :], v[..., s:s + chunk, :]
+        intra = causal_linear_attention_parallel(qc, kc, vc)  # (..., C, D_v)
+        outs.append(intra + qc @ state)
+        state = state + kc.transpose(-2, -1) @ vc
+    return torch.cat(outs, dim=-2)
+
+
+def causal_linear_attention_chunked(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = DEFAULT_CHUNK
+) -> torch.Tensor:
+    """Chunked form, vectorized over chunks (no Python loop).
+
+    The same algorithm as :func:`causal_linear_attention_chunked_loop`:
+    the per-chunk states K_c^T V_c are summed with an exclusive cumsum over
+    the chunk axis, so every chunk reads the state of all chunks before it.
+    q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v).
+    """
+    n, _, _ = _checks.qkv(q, k, v)
+    chunk = _check_chunk(chunk)
+    c = min(chunk, n)
+    qc = _pad_to_chunks(q, c, -2).unflatten(-2, (-1, c))  # (..., N/C, C, D_k)
+    kc = _pad_to_chunks(k, c, -2).unflatten(-2, (-1, c))  # (..., N/C, C, D_k)
+    vc = _pad_to_chunks(v, c, -2).unflatten(-2, (-1, c))  # (..., N/C, C, D_v)
+    mask = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+    intra = (qc @ kc.transpose(-2, -1)).masked_fill(~mask, 0.0) @ vc  # (..., N/C, C, D_v)
+    kv = kc.transpose(-2, -1) @ vc  # (..., N/C, D_k, D_v): each chunk's contribution
+    ends = torch.cumsum(kv, dim=-3)  # (..., N/C, D_k, D_v): state at the end of chunk c
+    # chunk c reads the state left by chunk c - 1 (zero for the first chunk)
+    states = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
+    y = intra + qc @ states  # (..., N/C, C, D_v)
+    return y.flatten(-3, -2)[..., :n, :]  # (..., N, D_v)
+
+
+# --------------------------------------------------------------------------- gated
+def gated_linear_attention_parallel(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor
+) -> torch.Tensor:
+    """Parallel gated form: Y = ((Q K^T) * D) V, D[t, s] = prod_{r=s+1..t} gamma_r.
+
+    Unrolling S_t = gamma_t S_{t-1} + k_t v_t^T gives
+    y_t = sum_{s<=t} D[t, s] (q_t . k_s) v_s. D is built in log space by
+    :func:`segment_sum`.
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
+    """
+    _checks.qkv(q, k, v)
+    gamma = _check_gamma(gamma, q)
+    decay = torch.exp(segment_sum(_log_gamma(gamma, q.dtype)))  # (..., N, N), 0 above diagonal
+    scores = (q @ k.transpose(-2, -1)) * decay.to(q.dtype)  # (..., N, N)
+    return scores @ v  # (..., N, D_v)
+
+
+def gated_linear_attention_recurrent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor | None
+) -> torch.Tensor:
+    """Recurrent gated form: S_t = gamma_t S_{t-1} + k_t v_t^T, y_t = S_t^T q_t.
+
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or None (= 1)
+    -> (..., N, D_v). One token at a time through :func:`linear_attention_step`.
+    """
+    n, d_k, d_v = _checks.qkv(q, k, v)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if gamma is not None:
+        gamma = _check_gamma(gamma, q)
+        lead = torch.broadcast_shapes(lead, gamma.shape[:-1])
+    state = q.new_zeros(*lead, d_k, d_v)  # (..., D_k, D_v)
+    ys = []
+    for t in range(n):
+        g = 1.0 if gamma is None else gamma[..., t]
+        y, state = linear_attention_step(state, q[..., t, :], k[..., t, :], v[..., t, :], g)
+        ys.append(y)
+    return torch.stack(ys, dim=-2)  # (..., N, D_v)
+
+
+def gated_linear_attention_chunked_loop(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int = DEFAULT_CHUNK
+) -> torch.Tensor:
+    """Chunked gated form, readable version with a loop over chunks.
+
+    Inside chunk c, b_i = sum of log gamma from the chunk start to token i:
+        y_i = sum_{j<=i in c} exp(b_i - b_j) (q_i . k_j) v_j + exp(b_i) S_{c-1}^T q_i
+        S_c = exp(b_last) S_{c-1} + sum_j exp(b_last - b_j) k_j v_j^T
+    All exponents are <= 0, so nothing overflows.
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
+    """
+    n, d_k, d_v = _checks.qkv(q, k, v)
+    gamma = _check_gamma(gamma, q)
+    chunk = _check_chunk(chunk)
+    log_g = _log_gamma(gamma, q.dtype)  # (..., N)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-1])
+    state = q.new_zeros(*lead, d_k, d_v)  # (..., D_k, D_v)
+    outs = []
+    for s in range(0, n, chunk):
+        qc, kc, vc = q[..., s:s + chunk, :], k[..., s:s + chunk, :], v[..., s:s + chunk, :]
+        g = log_g[..., s:s + chunk]  # (..., C)
+        b = torch.cumsum(g, dim=-1)  # (..., C): log decay from chunk start to i
+        decay = torch.exp(segment_sum(g)).to(q.dtype)  # (..., C, C)
+        intra = ((qc @ kc.transpose(-2, -1)) * decay) @ vc  # (..., C, D_v)
+        inter = torch.exp(b).to(q.dtype)[..., None] * (qc @ state)  # (..., C, D_v)
+        outs.append(intra + inter)
+        to_end = torch.exp(b[..., -1:] - b).to(q.dtype)  # (..., C): decay from j to chunk end
+        state = torch.exp(b[..., -1]).to(q.dtype)[..., None, None] * state + (
+            kc * to_end[..., None]
+        ).transpose(-2, -1) @ vc
+    return torch.cat(outs, dim=-2)
+
+
+def gated_linear_attention_chunked(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int = DEFAULT_CHUNK
+) -> torch.Tensor:
+    """Chunked gated form, vectorized over chunks (no Python loop).
+
+    Same maths as :func:`gated_linear_attention_chunked_loop`. The states
+    passed between chunks obey S_c = a_c S_{c-1} + U_c with a_c the chunk's
+    total decay; their solution is a weighted sum over earlier chunks with
+    weights exp(segment_sum(log a)): one more small matmul over the chunk axis
+    (as in Mamba-2's SSD).
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
+    """
+    n, _, _ = _checks.qkv(q, k, v)
+    gamma = _check_gamma(gamma, q)
+    chunk = _check_chunk(chunk)
+    c = min(chunk, n)
+    dt = q.dtype
+    # pad with gamma = 1 (log 0) and zero q, k, v: padded tokens change nothing
+    log_g = _pad_to_chunks(_log_gamma(gamma, dt), c, -1).unflatten(-1, (-1, c))  # (..., N/C, C)
+    qc = _pad_to_chunks(q, c, -2).unflatten(-2, (-1, c))  # (..., N/C, C, D_k)
+    kc = _pad_to_chunks(k, c, -2).unflatten(-2, (-1, c))  # (..., N/C, C, D_k)
+    vc = _pad_to_chunks(v, c, -2).unflatten(-2, (-1, c))  # (..., N/C, C, D_v)
+
+    b = torch.cumsum(log_g, dim=-1)  # (..., N/C, C): log decay from chunk start to i
+    decay = torch.exp(segment_sum(log_g)).to(dt)  # (..., N/C, C, C)
+    intra = ((qc @ kc.transpose(-2, -1)) * decay) @ vc  # (..., N/C, C, D_v)
+
+    to_end = torch.exp(b[..., -1:] - b).to(dt)  # (..., N/C, C): decay from j to chunk end
+    u = (kc * to_end[..., None]).transpose(-2, -1) @ vc  # (..., N/C, D_k, D_v)
+    # state at the end of chunk c: sum_{c' <= c} exp(log a_{c'+1} + ... + log a_c) U_{c'}
+    carry = torch.exp(segment_sum(b[..., -1])).to(dt)  # (..., N/C, N/C), lower triangular
+    ends = torch.einsum("...cz,...zkv->...ckv", carry, u)  # (..., N/C, D_k, D_v)
+    # chunk c reads the state left by chunk c - 1 (zero for the first chunk)
+    states = torch.cat([torch.zeros_like(ends[..., :1, :, :]), ends[..., :-1, :, :]], dim=-3)
+    inter = torch.exp(b).to(dt)[..., None] * (qc @ states)  # (..., N/C, C, D_v)
+    y = intra + inter
+    return y.flatten(-3, -2)[..., :n, :]  # (..., N, D_v)
+
+
+# --------------------------------------------------------------------------- decode
+def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          gamma=1.0):
+    """One decode step: S' = gamma S + k v^T, y = S'^T q. Returns (y, S').
+
+    state: (..., D_k, D_v); q, k: (..., D_k); v: (..., D_v);
+    gamma: a number or a tensor of the leading shape (...), in (0, 1].
+    Cost O(D_k D_v) per token, whatever the number of tokens already seen.
+    """
+    _checks.tensor("state", state, min_dim=2)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _checks.tensor(name, t, min_dim=1)
+    d_k, d_v = state.shape[-2:]
+    if q.shape[-1] != d_k or k.shape[-1] != d_k:
+        raise ValueError(
+            f"q and k must have last dim D_k = {d_k} (state {tuple(state.shape)}), "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if v.shape[-1] != d_v:
+        raise ValueError(f"v must have last dim D_v = {d_v} (state {tuple(state.shape)}), got {tuple(v.shape)}")
+    if isinstance(gamma, torch.Tensor):
+        if gamma.device.type != "meta" and not bool(((gamma > 0) & (gamma <= 1)).all()):
+            raise ValueError(f"gamma must lie in (0, 1], got {gamma}")
+        gamma = gamma[..., None, None]  # (..., 1, 1)
+    elif not 0 < gamma <= 1:
+        raise ValueError(f"gamma must lie in (0, 1], got {gamma!r}")
+    state = gamma * state + k[..., :, None] * v[..., None, :]  # (..., D_k, D_v)
+    y = (q[..., None, :] @ state)[..., 0, :]  # (..., D_v)
+    return y, state
