@@ -12,7 +12,6 @@ TORCH_INSTALL ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 export OMP_NUM_THREADS ?= 2
 
 .PHONY: install book test lint unit nbval book-strict notebooks lab bench clean
@@ -39,7 +38,7 @@ nbval: $(STAMP)
 	$(BIN)/pytest -q $(NBVAL) notebooks
 
 book-strict: $(STAMP)
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
 test: lint unit nbval book-strict
 
@@ -48,6 +47,10 @@ notebooks: $(STAMP)
 	$(BIN)/python -m jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb
+
+# benchmark tables (ratios measured side by side in one run; not tests)
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks

@@ -25,7 +25,9 @@ __all__ = [
 ]
 
 
-def kv_cache_bytes_per_token(num_layers: int, num_kv_heads: int, d_head: int, bytes_per_value: int = 2) -> int:
+def kv_cache_bytes_per_token(
+    num_layers: int, num_kv_heads: int, d_head: int, bytes_per_value: int = 2
+) -> int:
     """Bytes of K and V cached per token: 2 * L * H_kv * D * b."""
     num_layers = _checks.positive_int("num_layers", num_layers)
     num_kv_heads = _checks.positive_int("num_kv_heads", num_kv_heads)

@@ -308,7 +308,9 @@ def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
             f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
         )
     if v.shape[-1] != d_v:
-        raise ValueError(f"v must have last dim D_v = {d_v} (state {tuple(state.shape)}), got {tuple(v.shape)}")
+        raise ValueError(
+            f"v must have last dim D_v = {d_v} (state {tuple(state.shape)}), got {tuple(v.shape)}"
+        )
     if isinstance(gamma, torch.Tensor):
         if gamma.device.type != "meta" and not bool(((gamma > 0) & (gamma <= 1)).all()):
             raise ValueError(f"gamma must lie in (0, 1], got {gamma}")
