@@ -165,6 +165,8 @@ class RotaryPositionalEmbedding(nn.Module):
             raise ValueError(
                 f"token_positions must end in N = {n}, got shape {tuple(token_positions.shape)}"
             )
+        if token_positions.numel() and int(token_positions.min()) < 0:
+            raise ValueError(f"token_positions must be >= 0, got min {int(token_positions.min())}")
         if token_positions.numel() and int(token_positions.max()) >= self.max_seq_len:
             raise ValueError(
                 f"token_positions must be < max_seq_len = {self.max_seq_len}, "

@@ -73,8 +73,11 @@ def _check_chunk(chunk) -> int:
 
 
 def _log_gamma(gamma: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """log gamma in at least float32 (float64 stays float64)."""
-    work = torch.promote_types(dtype, torch.float32)
+    """log gamma in at least float32, and in gamma's own precision if higher (float64 stays float64).
+
+    Taking the log before any cast keeps a float64 gamma below float32's range (1e-50) finite.
+    """
+    work = torch.promote_types(torch.promote_types(dtype, torch.float32), gamma.dtype)
     return torch.log(gamma.to(work))
 
 
@@ -314,7 +317,7 @@ def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     if isinstance(gamma, torch.Tensor):
         if gamma.device.type != "meta" and not bool(((gamma > 0) & (gamma <= 1)).all()):
             raise ValueError(f"gamma must lie in (0, 1], got {gamma}")
-        gamma = gamma[..., None, None]  # (..., 1, 1)
+        gamma = gamma.to(state.dtype)[..., None, None]  # (..., 1, 1), in the state's dtype
     elif not 0 < gamma <= 1:
         raise ValueError(f"gamma must lie in (0, 1], got {gamma!r}")
     state = gamma * state + k[..., :, None] * v[..., None, :]  # (..., D_k, D_v)

@@ -1,0 +1,442 @@
+"""Tests for attn_core.linear: causal linear attention, plain and gated, in all its forms.
+
+The reference is the definition itself, written as an explicit double loop in
+float64 (numpy, independent of the library):
+
+    y_t = sum_{s <= t} (prod_{r=s+1..t} gamma_r) (q_t . k_s) v_s
+
+Every form (parallel, recurrent, chunked, chunked_loop, and the decode step)
+is compared with it; hypothesis checks that the forms agree on random shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_core.linear import (
+    causal_linear_attention_chunked,
+    causal_linear_attention_chunked_loop,
+    causal_linear_attention_parallel,
+    causal_linear_attention_recurrent,
+    gated_linear_attention_chunked,
+    gated_linear_attention_chunked_loop,
+    gated_linear_attention_parallel,
+    gated_linear_attention_recurrent,
+    linear_attention_step,
+    segment_sum,
+)
+
+F64 = dict(atol=1e-10, rtol=1e-10)  # float64 vs the float64 definition
+F32 = dict(atol=2e-4, rtol=1e-4)  # float32 vs the float64 definition (inputs scaled so |y| ~ 10)
+
+
+# --------------------------------------------------------------------------- reference
+def linear_attention_reference(q, k, v, gamma=None):
+    """y_t = sum_{s<=t} (prod_{r=s+1..t} gamma_r) (q_t . k_s) v_s, a double loop in float64 numpy."""
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if gamma is not None:
+        lead = torch.broadcast_shapes(lead, gamma.shape[:-1])
+    n, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
+    qq = q.double().expand(*lead, n, d_k).reshape(-1, n, d_k).numpy()
+    kk = k.double().expand(*lead, n, d_k).reshape(-1, n, d_k).numpy()
+    vv = v.double().expand(*lead, n, d_v).reshape(-1, n, d_v).numpy()
+    g = np.ones((qq.shape[0], n)) if gamma is None else gamma.double().expand(*lead, n).reshape(-1, n).numpy()
+    y = np.zeros((qq.shape[0], n, d_v))
+    for t in range(n):
+        decay = np.ones(qq.shape[0])  # prod_{r=s+1..t} gamma_r, empty product at s = t
+        for s in range(t, -1, -1):
+            if s < t:
+                decay = decay * g[:, s + 1]
+            y[:, t] += (decay * (qq[:, t] * kk[:, s]).sum(-1))[:, None] * vv[:, s]
+    return torch.from_numpy(y).reshape(*lead, n, d_v)
+
+
+def final_state_reference(k, v, gamma):
+    """S_N = sum_s (prod_{r=s+1..N-1} gamma_r) k_s v_s^T, a loop in float64 (k (N, D_k), v (N, D_v))."""
+    n = k.shape[0]
+    s_ref = torch.zeros(k.shape[-1], v.shape[-1], dtype=torch.float64)
+    for s in range(n):
+        decay = 1.0
+        for r in range(s + 1, n):
+            decay *= float(gamma[r])
+        s_ref += decay * torch.outer(k[s].double(), v[s].double())
+    return s_ref
+
+
+def make_qkv(lead, n, d_k, d_v, seed, dtype=torch.float64):
+    """Random q, k, v with q, k scaled by D_k^-1/2, so outputs stay O(sqrt(N))."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*lead, n, d_k, generator=g, dtype=torch.float64) / d_k**0.5
+    k = torch.randn(*lead, n, d_k, generator=g, dtype=torch.float64) / d_k**0.5
+    v = torch.randn(*lead, n, d_v, generator=g, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def make_gamma(shape, seed, low=0.5):
+    """gamma uniform in [low, 1), float64."""
+    g = torch.Generator().manual_seed(seed)
+    return low + (1 - low) * torch.rand(*shape, generator=g, dtype=torch.float64)
+
+
+@functools.cache
+def case_data(lead, n, d_k, d_v, gated):
+    """Inputs and the reference output of one case, computed once per test session."""
+    q, k, v = make_qkv(lead, n, d_k, d_v, seed=n + d_k)
+    gamma = make_gamma((*lead, n), seed=n + 1) if gated else None
+    return q, k, v, gamma, linear_attention_reference(q, k, v, gamma)
+
+
+# --------------------------------------------------------------------------- forms
+PLAIN_FNS = {
+    "parallel": lambda q, k, v, c: causal_linear_attention_parallel(q, k, v),
+    "recurrent": lambda q, k, v, c: causal_linear_attention_recurrent(q, k, v),
+    "chunked": lambda q, k, v, c: causal_linear_attention_chunked(q, k, v, c),
+    "chunked_loop": lambda q, k, v, c: causal_linear_attention_chunked_loop(q, k, v, c),
+}
+GATED_FNS = {
+    "gated_parallel": lambda q, k, v, g, c: gated_linear_attention_parallel(q, k, v, g),
+    "gated_recurrent": lambda q, k, v, g, c: gated_linear_attention_recurrent(q, k, v, g),
+    "gated_chunked": lambda q, k, v, g, c: gated_linear_attention_chunked(q, k, v, g, c),
+    "gated_chunked_loop": lambda q, k, v, g, c: gated_linear_attention_chunked_loop(q, k, v, g, c),
+}
+PLAIN = [pytest.param(f, id=name) for name, f in PLAIN_FNS.items()]
+GATED = [pytest.param(f, id=name) for name, f in GATED_FNS.items()]
+
+# (lead, N, D_k, D_v, chunk)
+CASES = [
+    pytest.param((), 1, 7, 7, 16, id="N1-C16"),
+    pytest.param((), 63, 7, 5, 16, id="N63-C16-Dv5"),
+    pytest.param((2,), 63, 60, 60, 16, id="B2-N63-D60-C16"),
+    pytest.param((2, 3), 63, 7, 9, 64, id="B2x3-N63-C64>N"),
+    pytest.param((2,), 63, 7, 7, 1, id="B2-N63-C1"),
+    pytest.param((), 64, 7, 7, 16, id="N64-C16-divides"),
+    pytest.param((), 257, 60, 7, 16, id="N257-D60-C16"),
+    pytest.param((2,), 257, 7, 7, 100, id="B2-N257-C100"),
+]
+
+
+@pytest.mark.parametrize("form", PLAIN)
+@pytest.mark.parametrize("lead, n, d_k, d_v, chunk", CASES)
+def test_plain_forms_match_definition(form, lead, n, d_k, d_v, chunk):
+    """Every plain form equals the float64 double-loop definition (gamma = 1) to 1e-10."""
+    q, k, v, _, ref = case_data(lead, n, d_k, d_v, gated=False)
+    out = form(q, k, v, chunk)
+    assert out.shape == (*lead, n, d_v) and out.dtype == torch.float64
+    torch.testing.assert_close(out, ref, **F64)
+
+
+@pytest.mark.parametrize("form", GATED)
+@pytest.mark.parametrize("lead, n, d_k, d_v, chunk", CASES)
+def test_gated_forms_match_definition(form, lead, n, d_k, d_v, chunk):
+    """Every gated form (gamma in [0.5, 1)) equals the float64 double-loop definition to 1e-10."""
+    q, k, v, gamma, ref = case_data(lead, n, d_k, d_v, gated=True)
+    out = form(q, k, v, gamma, chunk)
+    assert out.shape == (*lead, n, d_v) and out.dtype == torch.float64
+    torch.testing.assert_close(out, ref, **F64)
+
+
+def test_chunked_default_chunk_with_n_not_a_multiple():
+    """The chunked forms with their default chunk on N = 257 equal the definition (1e-10)."""
+    q, k, v, _, ref = case_data((), 257, 60, 7, gated=False)
+    torch.testing.assert_close(causal_linear_attention_chunked(q, k, v), ref, **F64)
+    torch.testing.assert_close(causal_linear_attention_chunked_loop(q, k, v), ref, **F64)
+    q, k, v, gamma, ref = case_data((), 257, 60, 7, gated=True)
+    torch.testing.assert_close(gated_linear_attention_chunked(q, k, v, gamma), ref, **F64)
+    torch.testing.assert_close(gated_linear_attention_chunked_loop(q, k, v, gamma), ref, **F64)
+
+
+@pytest.mark.parametrize("plain, gated", list(zip(PLAIN_FNS.values(), GATED_FNS.values())),
+                         ids=list(PLAIN_FNS))
+def test_gated_with_gamma_one_equals_plain(plain, gated):
+    """gamma = 1 turns each gated form into its plain form, and both equal the definition (1e-10)."""
+    q, k, v, _, ref = case_data((2,), 63, 7, 7, gated=False)
+    ones = torch.ones(2, 63, dtype=torch.float64)
+    out = gated(q, k, v, ones, 16)
+    torch.testing.assert_close(out, plain(q, k, v, 16), **F64)
+    torch.testing.assert_close(out, ref, **F64)
+
+
+def test_decay_changes_the_output():
+    """gamma < 1 really decays: the gated output differs from the plain one (guards the tests above)."""
+    q, k, v, gamma, ref = case_data((2,), 63, 7, 7, gated=True)
+    plain_ref = linear_attention_reference(q, k, v)
+    assert (ref - plain_ref)[..., 1:, :].abs().max() > 1e-2
+    assert torch.equal(ref[..., 0, :], plain_ref[..., 0, :])  # nothing to decay at t = 0
+
+
+def _tiny_gamma(pattern, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    if pattern == "all-1e-30":
+        return torch.full((2, n), 1e-30, dtype=torch.float64)
+    if pattern == "mixed-1e-30-and-1":
+        return torch.where(torch.rand(2, n, generator=g) < 0.5, 1e-30, 1.0).double()
+    gamma = torch.full((2, n), 0.9, dtype=torch.float64)  # "blocks": 8 tiny, 8 near-one, per chunk of 16
+    for s in range(0, n, 16):
+        gamma[:, s:s + 8] = 1e-30
+    return gamma
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("pattern", ["all-1e-30", "mixed-1e-30-and-1", "blocks-1e-30-then-0.9"])
+@pytest.mark.parametrize("form", GATED)
+def test_tiny_gamma_stays_finite_and_exact(form, pattern, dtype):
+    """gamma down to 1e-30 (mixed with 1.0 or 0.9) is finite and matches the float64 definition."""
+    q, k, v = make_qkv((2,), 63, 7, 5, seed=3)
+    gamma = _tiny_gamma(pattern, 63, seed=4)
+    ref = linear_attention_reference(q, k, v, gamma)
+    out = form(q.to(dtype), k.to(dtype), v.to(dtype), gamma.to(dtype), 16)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, **(F64 if dtype == torch.float64 else F32))
+
+
+@pytest.mark.parametrize("name", [*PLAIN_FNS, *GATED_FNS])
+def test_float32_matches_float64_definition(name):
+    """float32 inputs give float32 outputs within atol 2e-4, rtol 1e-4 of the float64 definition."""
+    gated = name in GATED_FNS
+    q, k, v, gamma, ref = case_data((2,), 63, 60, 60, gated=gated)
+    args = [t.float() for t in (q, k, v)] + ([gamma.float()] if gated else [])
+    out = {**PLAIN_FNS, **GATED_FNS}[name](*args, 16)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, **F32)
+
+
+@pytest.mark.parametrize("gamma_shape", [(63,), (2, 1, 63), (3, 63), (2, 3, 63)],
+                         ids=["gamma(N)", "gamma(B,1,N)", "gamma(H,N)", "gamma(B,H,N)"])
+@pytest.mark.parametrize("form", GATED)
+def test_gamma_broadcasts_over_heads(form, gamma_shape):
+    """gamma of shape (N,), (B, 1, N), (H, N) against q (B, H, N, D) equals the definition (1e-10)."""
+    q, k, v = make_qkv((2, 3), 63, 7, 5, seed=5)
+    gamma = make_gamma(gamma_shape, seed=6)
+    out = form(q, k, v, gamma, 16)
+    assert out.shape == (2, 3, 63, 5)
+    torch.testing.assert_close(out, linear_attention_reference(q, k, v, gamma), **F64)
+
+
+@pytest.mark.parametrize("form", GATED)
+def test_float64_gamma_with_float32_inputs(form):
+    """float64 gamma with float32 q, k, v: every gated form returns float32 close to the definition (F32)."""
+    q, k, v, gamma, ref = case_data((2,), 63, 7, 7, gated=True)
+    out = form(q.float(), k.float(), v.float(), gamma, 16)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, **F32)
+
+
+@pytest.mark.parametrize("form", GATED)
+def test_gamma_below_float32_range_with_float32_inputs(form):
+    """float64 gamma = 1e-50 (valid, 0 once cast to float32) with float32 q, k, v: finite, = definition."""
+    q, k, v = make_qkv((2,), 63, 7, 5, seed=13)
+    gamma = torch.full((2, 63), 0.9, dtype=torch.float64)
+    gamma[:, ::3] = 1e-50
+    ref = linear_attention_reference(q, k, v, gamma)
+    out = form(q.float(), k.float(), v.float(), gamma, 16)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, **F32)
+
+
+# --------------------------------------------------------------------------- decode step
+def _run_steps(q, k, v, gammas):
+    """Feed tokens one by one through linear_attention_step from a zero state."""
+    lead = q.shape[:-2]
+    state = torch.zeros(*lead, q.shape[-1], v.shape[-1], dtype=q.dtype)
+    ys = []
+    for t in range(q.shape[-2]):
+        y, state = linear_attention_step(state, q[..., t, :], k[..., t, :], v[..., t, :], gammas(t))
+        ys.append(y)
+    return torch.stack(ys, dim=-2), state
+
+
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)], ids=["lead=()", "lead=(2,)", "lead=(2,3)"])
+@pytest.mark.parametrize("gamma_kind", ["default", "scalar-0.9", "tensor"])
+def test_step_token_by_token_equals_recurrent_and_definition(lead, gamma_kind):
+    """linear_attention_step token by token equals the recurrent form and the definition (1e-10)."""
+    q, k, v = make_qkv(lead, 63, 7, 5, seed=7)
+    if gamma_kind == "default":
+        gamma = torch.ones(*lead, 63, dtype=torch.float64)
+        out, _ = _run_steps(q, k, v, lambda t: 1.0)
+    elif gamma_kind == "scalar-0.9":
+        gamma = torch.full((*lead, 63), 0.9, dtype=torch.float64)
+        out, _ = _run_steps(q, k, v, lambda t: 0.9)
+    else:
+        gamma = make_gamma((*lead, 63), seed=8)
+        out, _ = _run_steps(q, k, v, lambda t: gamma[..., t])
+    torch.testing.assert_close(out, gated_linear_attention_recurrent(q, k, v, gamma), **F64)
+    torch.testing.assert_close(out, linear_attention_reference(q, k, v, gamma), **F64)
+
+
+def test_step_default_gamma_is_one():
+    """Calling linear_attention_step without gamma is S' = S + k v^T (no decay), y = S'^T q."""
+    g = torch.Generator().manual_seed(9)
+    state = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    q, k, v = (torch.randn(d, generator=g, dtype=torch.float64) for d in (7, 7, 5))
+    y, new = linear_attention_step(state, q, k, v)
+    torch.testing.assert_close(new, state + torch.outer(k, v), **F64)
+    torch.testing.assert_close(y, new.T @ q, **F64)
+
+
+def test_step_float64_gamma_keeps_state_dtype():
+    """A float64 gamma keeps a float32 state float32: S' = gamma S + k v^T, y = S'^T q (f64 reference)."""
+    g = torch.Generator().manual_seed(14)
+    state = torch.randn(2, 7, 5, generator=g)
+    q, k, v = torch.randn(2, 7, generator=g), torch.randn(2, 7, generator=g), torch.randn(2, 5, generator=g)
+    gamma = torch.tensor([0.5, 0.9], dtype=torch.float64)
+    y, new = linear_attention_step(state, q, k, v, gamma)
+    assert y.dtype == new.dtype == torch.float32
+    ref = gamma[:, None, None] * state.double() + k.double()[:, :, None] * v.double()[:, None, :]
+    torch.testing.assert_close(new.double(), ref, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(y.double(), (q.double()[:, None, :] @ ref)[:, 0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 63, 257], ids=lambda n: f"N={n}")
+def test_state_size_does_not_depend_on_n(n):
+    """After N steps the state is still (D_k, D_v), and equals sum_s (prod gamma) k_s v_s^T (1e-10)."""
+    q, k, v = make_qkv((), n, 7, 5, seed=10)
+    gamma = make_gamma((n,), seed=11)
+    _, state = _run_steps(q, k, v, lambda t: gamma[t])
+    assert state.shape == (7, 5) and state.numel() == 7 * 5
+    torch.testing.assert_close(state, final_state_reference(k, v, gamma), **F64)
+
+
+# --------------------------------------------------------------------------- segment_sum
+def test_segment_sum_matches_loop():
+    """segment_sum(x)[..., t, s] = x[s+1] + ... + x[t] for s <= t, -inf above (explicit loop, 1e-12)."""
+    x = torch.randn(2, 3, 9, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    ref = torch.full((2, 3, 9, 9), float("-inf"), dtype=torch.float64)
+    for t in range(9):
+        for s in range(t + 1):
+            ref[..., t, s] = x[..., s + 1:t + 1].sum(-1)
+    torch.testing.assert_close(segment_sum(x), ref, atol=1e-12, rtol=1e-12)
+
+
+def test_segment_sum_no_cancellation_of_large_prefix():
+    """A huge term before the segment does not spoil it (float32): no difference of two prefix sums."""
+    x = torch.full((40,), 1e-3, dtype=torch.float32)
+    x[1] = -1e4  # log gamma of a tiny gamma; segments starting after it must not feel it
+    out = segment_sum(x)
+    expected = torch.tensor([1e-3 * (t - 1) for t in range(2, 40)], dtype=torch.float32)
+    torch.testing.assert_close(out[2:, 1], expected, atol=1e-7, rtol=1e-5)
+
+
+# --------------------------------------------------------------------------- hypothesis
+shapes = dict(
+    lead=st.sampled_from([(), (2,), (1, 3)]),
+    n=st.integers(1, 40),
+    d_k=st.integers(1, 8),
+    d_v=st.integers(1, 8),
+    chunk=st.integers(1, 48),
+    seed=st.integers(0, 2**16),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(**shapes)
+def test_plain_forms_agree_property(lead, n, d_k, d_v, chunk, seed):
+    """parallel == recurrent == chunked == chunked_loop == definition on random shapes and chunks."""
+    q, k, v = make_qkv(lead, n, d_k, d_v, seed)
+    ref = linear_attention_reference(q, k, v)
+    outs = [f(q, k, v, chunk) for f in PLAIN_FNS.values()]
+    for out in outs:
+        torch.testing.assert_close(out, outs[0], **F64)
+        torch.testing.assert_close(out, ref, **F64)
+
+
+@settings(max_examples=30, deadline=None)
+@given(low=st.sampled_from([1e-30, 1e-3, 0.5, 1.0]), **shapes)
+def test_gated_forms_agree_property(lead, n, d_k, d_v, chunk, seed, low):
+    """Gated: parallel == recurrent == chunked == chunked_loop == definition, gamma in [low, 1]."""
+    q, k, v = make_qkv(lead, n, d_k, d_v, seed)
+    gamma = make_gamma((*lead, n), seed + 1, low=low) if low < 1 else torch.ones(*lead, n).double()
+    ref = linear_attention_reference(q, k, v, gamma)
+    outs = [f(q, k, v, gamma, chunk) for f in GATED_FNS.values()]
+    for out in outs:
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out, outs[0], **F64)
+        torch.testing.assert_close(out, ref, **F64)
+
+
+# --------------------------------------------------------------------------- bad inputs
+ALL_NAMES = [*PLAIN_FNS, *GATED_FNS]
+
+
+def _call(name, q, k, v, gamma=None, chunk=16):
+    """Call the form called ``name``; gated forms get gamma (default 0.9 everywhere)."""
+    if name in GATED_FNS:
+        gamma = torch.full(q.shape[:-1], 0.9) if gamma is None else gamma
+        return GATED_FNS[name](q, k, v, gamma, chunk)
+    return PLAIN_FNS[name](q, k, v, chunk)
+
+
+BAD_SHAPES = [
+    pytest.param((5, 7), (5, 6), (5, 4), "q and k must have the same last dim", id="qk-last-dim"),
+    pytest.param((5, 7), (5, 7), (6, 4), "k and v must have the same length", id="kv-length"),
+    pytest.param((4, 7), (5, 7), (5, 4), "q and k must have the same length", id="qk-length"),
+    pytest.param((0, 7), (0, 7), (0, 4), "at least one token", id="N=0"),
+    pytest.param((7,), (5, 7), (5, 4), "q must have at least 2 dims", id="q-1d"),
+]
+
+
+@pytest.mark.parametrize("q_shape, k_shape, v_shape, match", BAD_SHAPES)
+@pytest.mark.parametrize("name", ALL_NAMES)
+def test_rejects_mismatched_shapes(name, q_shape, k_shape, v_shape, match):
+    """Mismatched q/k/v dims or lengths, or N = 0, raise ValueError naming the arguments."""
+    q, k, v = torch.zeros(q_shape), torch.zeros(k_shape), torch.zeros(v_shape)
+    gamma = torch.full(q_shape[:-1], 0.9) if len(q_shape) > 1 else torch.full((5,), 0.9)
+    with pytest.raises(ValueError, match=match):
+        _call(name, q, k, v, gamma=gamma)
+
+
+CHUNKED = [name for name in ALL_NAMES if "chunked" in name]
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 2.5, "16", None], ids=["0", "-1", "2.5", "str", "None"])
+@pytest.mark.parametrize("name", CHUNKED)
+def test_rejects_bad_chunk(name, chunk):
+    """chunk <= 0 or not an integer raises ValueError naming chunk."""
+    q = torch.zeros(5, 7)
+    with pytest.raises(ValueError, match="chunk must be a positive integer"):
+        _call(name, q, q, q, chunk=chunk)
+
+
+BAD_GAMMA = [
+    pytest.param(torch.tensor([0.9, 0.0, 0.9, 0.9, 0.9]), "gamma must lie in", id="zero"),
+    pytest.param(torch.tensor([0.9, 1.5, 0.9, 0.9, 0.9]), "gamma must lie in", id="1.5"),
+    pytest.param(torch.tensor([0.9, -0.5, 0.9, 0.9, 0.9]), "gamma must lie in", id="negative"),
+    pytest.param(torch.tensor([0.9, float("nan"), 0.9, 0.9, 0.9]), "gamma must lie in", id="nan"),
+    pytest.param(torch.full((4,), 0.9), r"gamma must have shape \(\.\.\., N\)", id="length-N-1"),
+    pytest.param(torch.full((6,), 0.9), r"gamma must have shape \(\.\.\., N\)", id="length-N+1"),
+    pytest.param(torch.full((3, 5), 0.9), "gamma of shape .* does not broadcast", id="no-broadcast"),
+    pytest.param(0.9, "gamma must be a torch.Tensor", id="float"),
+]
+
+
+@pytest.mark.parametrize("gamma, match", BAD_GAMMA)
+@pytest.mark.parametrize("name", list(GATED_FNS))
+def test_rejects_bad_gamma(name, gamma, match):
+    """gamma outside (0, 1], of the wrong length or shape, or not a tensor raises ValueError naming gamma."""
+    q = torch.zeros(2, 5, 7)
+    with pytest.raises(ValueError, match=match):
+        _call(name, q, q, q, gamma=gamma)
+
+
+def test_step_rejects_bad_arguments():
+    """linear_attention_step: bad gamma (scalar or tensor), mismatched dims raise ValueError naming them."""
+    state, q, v = torch.zeros(7, 5), torch.zeros(7), torch.zeros(5)
+    for bad in (0.0, 1.5, -0.5):
+        with pytest.raises(ValueError, match="gamma must lie in"):
+            linear_attention_step(state, q, q, v, bad)
+    with pytest.raises(ValueError, match="gamma must lie in"):
+        linear_attention_step(torch.zeros(2, 7, 5), torch.zeros(2, 7), torch.zeros(2, 7), torch.zeros(2, 5),
+                              torch.tensor([0.9, 0.0]))
+    with pytest.raises(ValueError, match="q and k must have last dim D_k"):
+        linear_attention_step(state, torch.zeros(6), q, v)
+    with pytest.raises(ValueError, match="q and k must have last dim D_k"):
+        linear_attention_step(state, q, torch.zeros(6), v)
+    with pytest.raises(ValueError, match="v must have last dim D_v"):
+        linear_attention_step(state, q, q, torch.zeros(4))
+    with pytest.raises(ValueError, match="state must have at least 2 dims"):
+        linear_attention_step(torch.zeros(7), q, q, v)
