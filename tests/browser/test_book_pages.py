@@ -1,0 +1,188 @@
+"""Browser tests of the built book: every page offline, math rendered, sliders live with no kernel.
+
+Run by `make test` after the book is built (`make browser` alone). They drive Debian's Chromium
+(/usr/bin/chromium) through Playwright; no browser is ever downloaded. Without Chromium they skip
+with a message, except under CI=true, where a missing browser fails.
+
+Each page is served from _build/html on 127.0.0.1. A request to any other host is aborted and fails
+the test, so the book must work with no network. On widget pages each slider is moved with the
+keyboard; the numbers the page then shows must change and equal what attn_core computes in Python
+for the same inputs. A screenshot of every widget page is saved under _build/screenshots/.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import importlib
+import math
+import os
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _pages() -> list[Path]:
+    if not HTML.is_dir():
+        return []
+    return sorted(p for p in HTML.rglob("*.html") if "_static" not in p.parts and "_sources" not in p.parts)
+
+
+def _require_browser():
+    if CHROMIUM.exists():
+        return
+    message = f"Chromium not found at {CHROMIUM}: install Debian's `chromium` to run the browser tests"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (HTML / "index.html").exists():
+        pytest.fail("the book is not built: run `make book` (or `make test`, which builds it first)")
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+class PageWatch:
+    """A page whose console errors and off-site requests are recorded (off-site ones are aborted)."""
+
+    def __init__(self, browser, base: str):
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})
+        self.errors: list[str] = []
+        self.offsite: list[str] = []
+        host = urlparse(base).netloc
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+        def route(r):
+            if urlparse(r.request.url).netloc == host:
+                r.continue_()
+            else:
+                self.offsite.append(r.request.url)
+                r.abort()
+
+        self.page.route("**/*", route)
+
+
+def _rel(page: Path) -> str:
+    return page.relative_to(HTML).as_posix()
+
+
+@pytest.mark.parametrize("page", _pages(), ids=_rel)
+def test_page_offline_clean_and_math_rendered(page, browser, server):
+    """No console error, no request leaving 127.0.0.1, and rendered math wherever the page has math."""
+    w = PageWatch(browser, server)
+    try:
+        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
+        html = page.read_text(encoding="utf-8")
+        if 'class="math' in html:
+            w.page.wait_for_selector("mjx-container", state="attached", timeout=15_000)
+        if WIDGET_VIEW in html:
+            w.page.wait_for_selector(".static-anywidget[data-rendered=true]", timeout=15_000)
+        w.page.wait_for_load_state("networkidle")
+        assert w.offsite == [], f"requests left the site: {w.offsite}"
+        assert w.errors == [], f"console errors: {w.errors}"
+    finally:
+        w.page.close()
+
+
+def test_every_chapter_page_was_checked():
+    """Guard: the parametrized test above really ran over the chapters (the book is built)."""
+    names = {p.name for p in _pages()}
+    assert "index.html" in names and any(n.startswith("01_") for n in names), sorted(names)
+
+
+# ----------------------------------------------------------------------------- widgets
+def _widget_pages() -> list[Path]:
+    return [p for p in _pages() if WIDGET_VIEW in p.read_text(encoding="utf-8")]
+
+
+def _python_values(anywidget_id: str, state: dict) -> dict:
+    """What attn_core computes for this widget class and trait values (the kernel-side `values`)."""
+    module_name, _, class_name = anywidget_id.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    synced = cls.class_trait_names(sync=True)
+    traits = {k: v for k, v in state.items() if k in synced and not k.startswith("_")}
+    return cls.compute_values(**traits)
+
+
+def _shown_values(handle) -> dict[str, float]:
+    return handle.evaluate(
+        "el => Object.fromEntries([...el.querySelectorAll('[data-key][data-value]')]"
+        ".map(e => [e.dataset.key, Number(e.dataset.value)]))"
+    )
+
+
+def _assert_matches_python(handle, page) -> dict[str, float]:
+    model_id = handle.get_attribute("data-model-id")
+    state = page.evaluate("id => window.staticWidgetModels[id]._state", model_id)
+    shown = _shown_values(handle)
+    assert shown, "the widget shows no value with data-key / data-value"
+    expected = _python_values(state["_anywidget_id"], state)
+    for key, value in shown.items():
+        assert key in expected, f"{key} is shown but not computed in Python"
+        assert math.isclose(value, expected[key], rel_tol=1e-9, abs_tol=1e-9), (key, value, expected[key])
+    return shown
+
+
+@pytest.mark.parametrize("page", _widget_pages(), ids=_rel)
+def test_sliders_live_and_equal_python(page, browser, server):
+    """Move every slider with the keyboard: the values shown change and equal attn_core's in Python."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    w = PageWatch(browser, server)
+    try:
+        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
+        w.page.wait_for_selector(".static-anywidget[data-rendered=true]", timeout=15_000)
+        widgets = w.page.query_selector_all(".static-anywidget[data-rendered=true]")
+        assert widgets
+        moved = 0
+        for handle in widgets:
+            _assert_matches_python(handle, w.page)
+            for slider in handle.query_selector_all("input[type=range]"):
+                before = _shown_values(handle)
+                slider.focus()
+                at_max = slider.evaluate("s => Number(s.value) >= Number(s.max)")
+                key = "ArrowLeft" if at_max else "ArrowRight"
+                w.page.keyboard.press(key)
+                after = _assert_matches_python(handle, w.page)
+                assert after != before, f"moving slider {slider.get_attribute('name')} changed nothing"
+                moved += 1
+        assert moved > 0, "no slider found on a widget page"
+        w.page.screenshot(path=str(SHOTS / (page.stem + ".png")), full_page=True)
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
