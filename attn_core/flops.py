@@ -24,9 +24,34 @@ from fractions import Fraction
 
 from . import _checks
 
-__all__ = ["layer_flops", "flops_crossover", "ffn_flops_coefficient"]
+__all__ = [
+    "layer_flops",
+    "flops_crossover",
+    "ffn_flops_coefficient",
+    "FFN_MATRICES",
+    "CAUSAL_FACTOR",
+    "FLOPS_TERMS",
+]
 
 _FFN_MATRICES = {"mlp": 2, "swiglu": 3}
+
+#: matrices in the FFN of each kind (the ``m_ffn`` switch of :data:`FLOPS_TERMS`)
+FFN_MATRICES: dict[str, int] = dict(_FFN_MATRICES)
+
+#: share of the N x N work a kernel does (the ``c_causal`` switch): causal skips half
+CAUSAL_FACTOR: dict[bool, Fraction] = {False: Fraction(1), True: Fraction(1, 2)}
+
+# The same ledger as data, for the widgets and the HTML book (attn_core.widgets.formula_spec):
+# part -> terms, each (coefficient, {symbol: power}); FLOPs = sum of coeff * prod(sym ** power).
+# Symbols: N, d; m_ffn = FFN_MATRICES[ffn]; f_ffn = ffn_mult; w_ffn = 1 with the FFN, 0 without;
+# c_causal = CAUSAL_FACTOR[causal]. tests/test_widgets.py checks it equals layer_flops.
+FLOPS_TERMS: dict[str, tuple[tuple[int, dict[str, int]], ...]] = {
+    "linear": (
+        (8, {"N": 1, "d": 2}),  # Q, K, V, O projections
+        (2, {"N": 1, "d": 2, "m_ffn": 1, "f_ffn": 1, "w_ffn": 1}),  # FFN: m matrices d x f d
+    ),
+    "quadratic": ((4, {"N": 2, "d": 1, "c_causal": 1}),),  # Q K^T and P V
+}
 
 
 def ffn_flops_coefficient(ffn: str = "mlp", ffn_mult: float = 4) -> Fraction:

@@ -22,7 +22,21 @@ __all__ = [
     "kv_cache_bytes_per_token",
     "kv_cache_bytes",
     "linear_state_bytes",
+    "KV_CACHE_TERMS",
+    "LINEAR_STATE_TERMS",
 ]
+
+# The same formulas as data (coefficient, {symbol: power}), times bytes per value b, for the
+# widgets and the HTML book (attn_core.widgets.formula_spec); tests/test_widgets.py checks them.
+# N_kv: tokens kept (min(N, window)); R: MLA latent values per token and layer
+# (kv_lora_rank + rope_dim); s_std: 1 for per-head K and V (MHA/GQA/MQA), 0 for MLA.
+KV_CACHE_TERMS: tuple[tuple[int, dict[str, int]], ...] = (
+    (2, {"B": 1, "N_kv": 1, "L": 1, "H_kv": 1, "D": 1, "s_std": 1}),  # K and V of each KV head
+    (1, {"B": 1, "N_kv": 1, "L": 1, "R": 1}),  # MLA: one latent (R = 0 when not MLA)
+)
+LINEAR_STATE_TERMS: tuple[tuple[int, dict[str, int]], ...] = (
+    (1, {"B": 1, "L": 1, "H": 1, "D_k": 1, "D_v": 1}),
+)
 
 
 def kv_cache_bytes_per_token(

@@ -26,6 +26,8 @@ from . import _checks
 __all__ = [
     "DTYPE_BYTES",
     "LEDGER_TERMS",
+    "FUSED_TERMS",
+    "DROPOUT_ITEMS",
     "ITEM_SHAPES",
     "activation_ledger",
     "fused_activation_bytes",
@@ -48,6 +50,14 @@ LEDGER_TERMS: dict[str, tuple[int, dict[str, int]]] = {
     "ctx": (1, {"B": 1, "N": 1, "d": 1}),
     "O": (1, {"B": 1, "N": 1, "d": 1}),
 }
+
+# the fused (FlashAttention) side as data, same convention: fused_activation_bytes
+FUSED_TERMS: dict[str, tuple[int, dict[str, int]]] = {
+    "fused": (6, {"B": 1, "N": 1, "d": 1}),
+}
+
+#: items that ``dropout=False`` sets to 0
+DROPOUT_ITEMS: tuple[str, ...] = ("dropout",)
 
 ITEM_SHAPES: dict[str, str] = {
     "X": "input X [B, N, d]",

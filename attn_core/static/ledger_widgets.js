@@ -1,0 +1,710 @@
+// Front end of attn_core.widgets (an anywidget ES module: no imports, no build step, no network).
+//
+// Every number on the widget is computed here from the `spec` trait, which Python fills with
+// attn_core.widgets.formula_spec(): the ledger, FLOPs, KV-cache and linear-state formulas as
+// data (sums of coefficient * prod(symbol ** power)) and, per widget, a recipe of named values.
+// Python runs the same recipe with the same evaluator (attn_core.widgets.compute_values); the
+// block between the evaluator markers is pure and tests/test_widgets.py runs it in Node.js to
+// check that both give the same numbers. Each shown number is also written into the page as
+// <span data-key="..." data-value="..."> so a browser test can read it.
+
+// <evaluator>
+function evaluate(terms, env) {
+  let total = 0;
+  for (const [coeff, powers] of terms) {
+    let t = coeff;
+    for (const sym of Object.keys(powers)) {
+      if (!(sym in env)) throw new Error(`symbol ${sym} has no value`);
+      t *= Math.pow(env[sym], powers[sym]);
+    }
+    total += t;
+  }
+  return total;
+}
+
+function powerOf(terms, sym) {
+  const powers = new Set(terms.map(([, p]) => p[sym] || 0));
+  if (powers.size !== 1) throw new Error(`terms must share one power of ${sym}`);
+  return [...powers][0];
+}
+
+function crossover(low, high, sym, env) {
+  const p = powerOf(low, sym);
+  const q = powerOf(high, sym);
+  if (q <= p) throw new Error(`high terms must grow faster in ${sym} than low terms`);
+  const at1 = { ...env, [sym]: 1 };
+  const a = evaluate(low, at1);
+  const c = evaluate(high, at1);
+  if (a === 0 || c === 0) return null;
+  return q - p === 1 ? a / c : Math.pow(a / c, 1 / (q - p));
+}
+
+function buildEnv(recipe, state, spec) {
+  const env = { ...recipe.constants };
+  for (const [sym, trait] of Object.entries(recipe.inputs)) env[sym] = Number(state[trait]);
+  for (const [sw, trait] of Object.entries(recipe.switches)) {
+    const options = spec.switches[sw];
+    const key = String(state[trait]);
+    if (!(key in options)) throw new Error(`${trait} must be one of ${Object.keys(options)}`);
+    Object.assign(env, options[key]);
+  }
+  for (const [sym, op, args] of recipe.derived) {
+    const a = args.map((x) => env[x]);
+    if (op === "div") env[sym] = a[0] / a[1];
+    else if (op === "min_nonzero") env[sym] = Math.min(...a.filter((x) => x !== 0));
+    else if (op === "is_zero") env[sym] = a[0] === 0 ? 1 : 0;
+    else throw new Error(`unknown derived op ${op}`);
+  }
+  return env;
+}
+
+function runSteps(recipe, env, spec) {
+  const ex = spec.expressions;
+  const out = {};
+  for (const step of recipe.values) {
+    const e = step.at ? { ...env, ...step.at } : env;
+    let v;
+    if (step.op === "sum") {
+      v = 0;
+      for (const name of step.of) v += evaluate(ex[name], e);
+    } else if (step.op === "crossover") {
+      const low = step.low.flatMap((name) => ex[name]);
+      const high = step.high.flatMap((name) => ex[name]);
+      v = crossover(low, high, step.in, e);
+    } else if (step.op === "ratio") {
+      const num = out[step.num];
+      const den = out[step.den];
+      v = num === null || !den ? null : num / den;
+    } else if (step.op === "times") {
+      v = out[step.of] === null ? null : out[step.of] * e[step.by];
+    } else {
+      throw new Error(`unknown op ${step.op}`);
+    }
+    out[step.key] = v;
+  }
+  return out;
+}
+
+function computeValues(spec, kind, state) {
+  const recipe = spec.widgets[kind];
+  return runSteps(recipe, buildEnv(recipe, state, spec), spec);
+}
+// </evaluator>
+
+// ------------------------------------------------------------------------------ formatting
+const BIN = [["PiB", 2 ** 50], ["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
+const DEC = [["PFLOPs", 1e15], ["TFLOPs", 1e12], ["GFLOPs", 1e9], ["MFLOPs", 1e6]];
+
+function fmtBytes(x, short = false) {
+  if (x === null || x === undefined) return "n/a";
+  for (const [unit, s] of BIN) {
+    if (x >= s) {
+      const v = (x / s).toFixed(2);
+      return `${short ? v.replace(/\.00$/, "") : v} ${unit}`;
+    }
+  }
+  return `${Math.round(x)} B`;
+}
+function fmtFlops(x, short = false) {
+  if (x === null || x === undefined) return "n/a";
+  for (const [unit, s] of DEC) {
+    if (x >= s) {
+      const v = (x / s).toFixed(2);
+      return `${short ? v.replace(/\.00$/, "") : v} ${unit}`;
+    }
+  }
+  return `${Math.round(x)} FLOPs`;
+}
+function fmtTokens(n) {
+  n = Math.round(n);
+  if (n >= 1048576 && n % 1048576 === 0) return `${n / 1048576}M`;
+  if (n >= 1024 && n % 1024 === 0) return `${n / 1024}K`;
+  return n.toLocaleString("en-US");
+}
+const fmtInt = (x) => (x === null ? "never" : Math.round(x).toLocaleString("en-US"));
+const fmtRatio = (x) => (x === null ? "n/a" : `${x >= 100 ? Math.round(x).toLocaleString("en-US") : x.toFixed(1)}x`);
+const fmtPct = (x) => (x === null ? "n/a" : `${(100 * x).toFixed(1)}%`);
+const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
+// ------------------------------------------------------------------------------ SVG charts
+function logTicks(lo, hi, base, maxTicks, fmt) {
+  // ticks at base^(k * step), step a whole number chosen to give at most maxTicks ticks
+  const a = Math.ceil(Math.log(lo) / Math.log(base) - 1e-9);
+  const b = Math.floor(Math.log(hi) / Math.log(base) + 1e-9);
+  let step = 1;
+  while ((b - a) / step + 1 > maxTicks) step += 1;
+  const out = [];
+  for (let k = Math.ceil(a / step) * step; k <= b; k += step) out.push([base ** k, fmt(base ** k)]);
+  return out;
+}
+
+function niceLinearTicks(hi, n = 5) {
+  const raw = hi / n;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  const out = [0];
+  while (out[out.length - 1] < hi * 0.9999) out.push(out.length * step);
+  return out;
+}
+
+function lineChart(o) {
+  const { w, h } = o;
+  const m = { l: 80, r: 14, t: 26, b: 42 };
+  const tx = (x) => (o.xlog ? Math.log2(x) : x);
+  const ty = (y) => (o.ylog ? Math.log2(y) : y);
+  const X = (x) => m.l + ((tx(x) - tx(o.xmin)) / (tx(o.xmax) - tx(o.xmin))) * (w - m.l - m.r);
+  const Y = (y) => h - m.b - ((ty(y) - ty(o.ymin)) / (ty(o.ymax) - ty(o.ymin))) * (h - m.t - m.b);
+  const clampY = (y) => Math.min(Math.max(y, o.ymin), o.ymax);
+  const parts = [];
+  parts.push(`<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(o.title)}"><title>${esc(o.title)}</title>`);
+  parts.push(`<text x="${w / 2}" y="16" text-anchor="middle" font-size="12" font-weight="600">${esc(o.title)}</text>`);
+  for (const [v, label] of o.yticks) {
+    const y = Y(v).toFixed(1);
+    parts.push(`<line x1="${m.l}" x2="${w - m.r}" y1="${y}" y2="${y}" stroke="#e6e6e6"/>`);
+    parts.push(`<text x="${m.l - 5}" y="${y}" dy="3.5" text-anchor="end" font-size="10">${esc(label)}</text>`);
+  }
+  for (const [v, label] of o.xticks) {
+    const x = X(v).toFixed(1);
+    parts.push(`<line x1="${x}" x2="${x}" y1="${m.t}" y2="${h - m.b}" stroke="#f0f0f0"/>`);
+    parts.push(`<text x="${x}" y="${h - m.b + 14}" text-anchor="middle" font-size="10">${esc(label)}</text>`);
+  }
+  parts.push(`<rect x="${m.l}" y="${m.t}" width="${w - m.l - m.r}" height="${h - m.t - m.b}" fill="none" stroke="#888"/>`);
+  parts.push(`<text x="${(m.l + w - m.r) / 2}" y="${h - 6}" text-anchor="middle" font-size="11">${esc(o.xlabel)}</text>`);
+  parts.push(`<text transform="translate(13 ${(m.t + h - m.b) / 2}) rotate(-90)" text-anchor="middle" font-size="11">${esc(o.ylabel)}</text>`);
+  for (const hl of o.hlines || []) {
+    const y = Y(hl.y).toFixed(1);
+    parts.push(`<line x1="${m.l}" x2="${w - m.r}" y1="${y}" y2="${y}" stroke="${hl.color}" stroke-dasharray="2 3"/>`);
+  }
+  for (const s of o.series) {
+    const pts = s.pts.filter(([x, y]) => y !== null && (!o.ylog || y > 0));
+    const d = pts.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(clampY(y)).toFixed(1)}`).join("");
+    parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2" ${s.dash ? `stroke-dasharray="${s.dash}"` : ""}/>`);
+  }
+  (o.vlines || []).forEach((vl, i) => {
+    if (vl.x === null || vl.x < o.xmin || vl.x > o.xmax) return;
+    const x = X(vl.x);
+    parts.push(`<line x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${m.t}" y2="${h - m.b}" stroke="${vl.color}" stroke-width="1.2" stroke-dasharray="${vl.dash || "5 3"}"/>`);
+    const right = x < w - m.r - 90;
+    parts.push(`<text x="${(right ? x + 4 : x - 4).toFixed(1)}" y="${h - m.b - 8 - 13 * i}" text-anchor="${right ? "start" : "end"}" font-size="10" style="fill:${vl.color}">${esc(vl.label)}</text>`);
+  });
+  const legendW = 36 + 5.6 * Math.max(...o.series.map((s) => s.label.length));
+  parts.push(`<rect x="${m.l + 4}" y="${m.t + 3}" width="${legendW.toFixed(0)}" height="${14 * o.series.length + 4}" fill="#fff" fill-opacity="0.85"/>`);
+  o.series.forEach((s, i) => {
+    const y = m.t + 12 + 14 * i;
+    parts.push(`<line x1="${m.l + 8}" x2="${m.l + 28}" y1="${y - 3.5}" y2="${y - 3.5}" stroke="${s.color}" stroke-width="2" ${s.dash ? `stroke-dasharray="${s.dash}"` : ""}/>`);
+    parts.push(`<text x="${m.l + 32}" y="${y}" font-size="10">${esc(s.label)}</text>`);
+  });
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+function stackedBars(o) {
+  // o.bars: [{label, parts: [{label, color, value}]}], values in bytes
+  const { w, h } = o;
+  const m = { l: 64, r: 150, t: 26, b: 42 };
+  const top = Math.max(...o.bars.map((b) => b.parts.reduce((s, p) => s + p.value, 0)), 1);
+  const unit = BIN.find(([, s]) => top >= s) || ["bytes", 1];
+  const ticks = niceLinearTicks(top / unit[1]);
+  const ymax = ticks[ticks.length - 1] * unit[1];
+  const Y = (v) => h - m.b - (v / ymax) * (h - m.t - m.b);
+  const bw = (w - m.l - m.r) / o.bars.length;
+  const parts = [];
+  parts.push(`<svg width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" role="img" aria-label="${esc(o.title)}"><title>${esc(o.title)}</title>`);
+  parts.push(`<text x="${(m.l + w - m.r) / 2}" y="16" text-anchor="middle" font-size="12" font-weight="600">${esc(o.title)}</text>`);
+  for (const t of ticks) {
+    const y = Y(t * unit[1]).toFixed(1);
+    parts.push(`<line x1="${m.l}" x2="${w - m.r}" y1="${y}" y2="${y}" stroke="#e6e6e6"/>`);
+    parts.push(`<text x="${m.l - 5}" y="${y}" dy="3.5" text-anchor="end" font-size="10">${+t.toFixed(3)}</text>`);
+  }
+  o.bars.forEach((bar, i) => {
+    let acc = 0;
+    const x = m.l + bw * i + bw * 0.2;
+    for (const p of bar.parts) {
+      if (p.value <= 0) continue;
+      const y0 = Y(acc);
+      const y1 = Y(acc + p.value);
+      parts.push(`<rect x="${x.toFixed(1)}" y="${y1.toFixed(1)}" width="${(bw * 0.6).toFixed(1)}" height="${Math.max(y0 - y1, 0.5).toFixed(1)}" fill="${p.color}" stroke="#fff" stroke-width="0.5"><title>${esc(`${p.label}: ${fmtBytes(p.value)}`)}</title></rect>`);
+      acc += p.value;
+    }
+    parts.push(`<text x="${(x + bw * 0.3).toFixed(1)}" y="${h - m.b + 14}" text-anchor="middle" font-size="11">${esc(bar.label)}</text>`);
+    parts.push(`<text x="${(x + bw * 0.3).toFixed(1)}" y="${(Y(acc) - 4).toFixed(1)}" text-anchor="middle" font-size="10">${esc(fmtBytes(acc))}</text>`);
+  });
+  parts.push(`<rect x="${m.l}" y="${m.t}" width="${w - m.l - m.r}" height="${h - m.t - m.b}" fill="none" stroke="#888"/>`);
+  parts.push(`<text transform="translate(13 ${(m.t + h - m.b) / 2}) rotate(-90)" text-anchor="middle" font-size="11">${esc(`${o.ylabel} (${unit[0]})`)}</text>`);
+  o.legend.forEach((item, i) => {
+    const y = m.t + 6 + 14 * i;
+    parts.push(`<rect x="${w - m.r + 8}" y="${y}" width="10" height="10" fill="${item.color}"/>`);
+    parts.push(`<text x="${w - m.r + 22}" y="${y + 9}" font-size="10">${esc(item.label)}</text>`);
+  });
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+function logGrid(lo, hi, n = 97) {
+  const a = Math.log2(lo);
+  const b = Math.log2(hi);
+  return Array.from({ length: n }, (_, i) => 2 ** (a + ((b - a) * i) / (n - 1)));
+}
+
+function logRange(ys) {
+  const pos = ys.filter((y) => y !== null && y > 0);
+  return [Math.min(...pos) / 1.5, Math.max(...pos) * 1.5];
+}
+
+const COLORS = {
+  X: "#1b4965", Q: "#2e86ab", K: "#5fa8d3", V: "#89c2d9", ctx: "#62b6cb", O: "#a9d6e5",
+  S: "#d1495b", P: "#edae49", dropout: "#f4a259",
+  eager: "#d1495b", fused: "#2e86ab", kv: "#6a4c93", state: "#3a7d44", attn: "#f4a259", now: "#111111",
+};
+
+// ------------------------------------------------------------------------------ controls
+function el(tag, attrs = {}, children = []) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") e.textContent = v;
+    else if (k === "class") e.className = v;
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.appendChild(c);
+  return e;
+}
+
+function rangeControl(label, { min, max, step, onInput, title }) {
+  const input = el("input", { type: "range", min, max, step, "aria-label": label });
+  const out = el("output");
+  const wrap = el("div", { class: "al-control", title: title || "" }, [el("label", { text: label }), input, out]);
+  input.addEventListener("input", () => onInput(Number(input.value)));
+  return { wrap, input, out };
+}
+
+function selectControl(label, options, onChange) {
+  const sel = el("select", { "aria-label": label });
+  for (const [value, text] of options) sel.appendChild(el("option", { value, text }));
+  const wrap = el("div", { class: "al-control" }, [el("label", { text: label }), sel, el("output")]);
+  sel.addEventListener("change", () => onChange(sel.value));
+  return { wrap, input: sel };
+}
+
+function checkControl(label, onChange) {
+  const box = el("input", { type: "checkbox", "aria-label": label });
+  const wrap = el("div", { class: "al-control" }, [el("label", { text: "" }), el("span", { class: "al-check" }, [box, el("span", { text: label })]), el("output")]);
+  box.addEventListener("change", () => onChange(box.checked));
+  return { wrap, input: box };
+}
+
+function divisors(n, cap = 256) {
+  const out = [];
+  for (let k = 1; k <= Math.min(n, cap); k++) if (n % k === 0) out.push(k);
+  return out;
+}
+
+function nearest(list, v) {
+  // nearest on a log scale
+  return list.reduce((best, x) => (Math.abs(Math.log(x / v)) < Math.abs(Math.log(best / v)) ? x : best), list[0]);
+}
+
+function readouts(rows) {
+  // rows: [key, label, formatter]
+  const box = el("div", { class: "al-readouts" });
+  const spans = {};
+  for (const [key, label, fmt] of rows) {
+    const span = el("span", { "data-key": key });
+    spans[key] = { span, fmt };
+    box.appendChild(el("div", { class: "al-row" }, [el("span", { text: label }), span]));
+  }
+  const update = (values) => {
+    for (const [key, { span, fmt }] of Object.entries(spans)) {
+      const v = values[key];
+      span.textContent = fmt(v);
+      span.setAttribute("data-value", v === null ? "null" : String(v));
+    }
+  };
+  return { box, update };
+}
+
+// ------------------------------------------------------------------------------ the views
+function stateOf(model, spec, kind) {
+  const r = spec.widgets[kind];
+  const state = {};
+  for (const t of [...Object.values(r.inputs), ...Object.values(r.switches)]) state[t] = model.get(t);
+  return state;
+}
+
+function commit(model, changes) {
+  for (const [k, v] of Object.entries(changes)) model.set(k, v);
+  try {
+    model.save_changes();
+  } catch (err) {
+    // a static page has no kernel to save to: the page still updates from the spec
+  }
+}
+
+function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
+  const c = {};
+  if (withN) {
+    c.N = rangeControl("N", {
+      min: nLog2[0], max: nLog2[1], step: 0.25, title: "sequence length, log scale",
+      onInput: (x) => commit(model, { N: Math.round(2 ** x) }),
+    });
+    add(c.N.wrap);
+  }
+  c.d = rangeControl("d", {
+    min: 64, max: 16384, step: 64, title: "model width d_model",
+    onInput: (d) => {
+      const H = nearest(divisors(d), model.get("H"));
+      const ch = { d, H };
+      if (withHkv) ch.H_kv = nearest(divisors(H), model.get("H_kv"));
+      commit(model, { ...ch, ...onArch(ch) });
+    },
+  });
+  add(c.d.wrap);
+  c.H = rangeControl("H", {
+    min: 0, max: 1, step: 1, title: "query heads (the divisors of d)",
+    onInput: (i) => {
+      const H = divisors(model.get("d"))[i];
+      const ch = { H };
+      if (withHkv) ch.H_kv = nearest(divisors(H), model.get("H_kv"));
+      commit(model, { ...ch, ...onArch(ch) });
+    },
+  });
+  add(c.H.wrap);
+  if (withHkv) {
+    c.H_kv = rangeControl("H_kv", {
+      min: 0, max: 1, step: 1, title: "key/value heads (the divisors of H)",
+      onInput: (i) => commit(model, { H_kv: divisors(model.get("H"))[i], ...onArch({}) }),
+    });
+    add(c.H_kv.wrap);
+  }
+  if (withL) {
+    c.L = rangeControl("L", { min: 1, max: 128, step: 1, title: "layers", onInput: (L) => commit(model, { L, ...onArch({}) }) });
+    add(c.L.wrap);
+  }
+  c.sync = () => {
+    if (c.N) {
+      const N = model.get("N");
+      c.N.input.value = String(Math.log2(N));
+      c.N.out.textContent = fmtTokens(N);
+    }
+    const d = model.get("d");
+    const H = model.get("H");
+    c.d.input.value = String(d);
+    c.d.out.textContent = String(d);
+    const hs = divisors(d);
+    c.H.input.max = String(hs.length - 1);
+    c.H.input.value = String(Math.max(hs.indexOf(H), 0));
+    c.H.out.textContent = `${H} (D=${+(d / H).toFixed(2)})`;
+    if (c.H_kv) {
+      const kvs = divisors(H);
+      c.H_kv.input.max = String(kvs.length - 1);
+      c.H_kv.input.value = String(Math.max(kvs.indexOf(model.get("H_kv")), 0));
+      c.H_kv.out.textContent = String(model.get("H_kv"));
+    }
+    if (c.L) {
+      c.L.input.value = String(model.get("L"));
+      c.L.out.textContent = String(model.get("L"));
+    }
+  };
+  return c;
+}
+
+function memoryView(model, root, spec) {
+  const recipe = spec.widgets.memory;
+  const controls = el("div", { class: "al-controls" });
+  const add = (w) => controls.appendChild(w);
+  const c = archControls(model, add, { withN: true, nLog2: [6, 17], withHkv: false, withL: false, onArch: () => ({}) });
+  const dtype = selectControl("dtype", Object.keys(spec.dtype_bytes).map((k) => [k, `${k} (${spec.dtype_bytes[k]} B)`]), (v) => commit(model, { dtype: v }));
+  add(dtype.wrap);
+  const drop = checkControl("store the dropout multiplier", (v) => commit(model, { dropout: v }));
+  add(drop.wrap);
+  const rows = [
+    ...recipe.items.map(([name, , label]) => [`item.${name}`, label, fmtBytes]),
+    ["linear_bytes", "linear in N (6 tensors B N d)", fmtBytes],
+    ["quadratic_bytes", "quadratic in N (B H N N tensors)", fmtBytes],
+    ["total_bytes", "total, eager", fmtBytes],
+    ["fused_bytes", "total, fused (FlashAttention)", fmtBytes],
+    ["eager_over_fused", "eager / fused", fmtRatio],
+    ["quadratic_share", "quadratic share of the total", fmtPct],
+    ["n_star", "memory crossover N* (tokens)", fmtInt],
+  ];
+  const ro = readouts(rows);
+  const figs = el("div", { class: "al-figures" });
+  root.append(el("div", { class: "al-title", text: "The memory ledger of one attention layer (training, kept for backward)" }), controls, ro.box, figs);
+  return {
+    update(state) {
+      c.sync();
+      dtype.input.value = state.dtype;
+      drop.input.checked = !!state.dropout;
+      const v = computeValues(spec, "memory", state);
+      ro.update(v);
+      const bars = [
+        { label: "eager", parts: recipe.items.map(([name, , label]) => ({ label, color: COLORS[name], value: v[`item.${name}`] })) },
+        { label: "fused", parts: recipe.items.filter((it) => it[3] === "linear").map(([name, , label]) => ({ label, color: COLORS[name], value: v[`item.${name}`] })) },
+      ];
+      const legend = recipe.items.map(([name, , label]) => ({ label: label.replace(/ \[.*\]$/, ""), color: COLORS[name] }));
+      const ns = logGrid(64, 131072);
+      const pts = ns.map((n) => [n, computeValues(spec, "memory", { ...state, N: Math.round(n) })]);
+      const eager = pts.map(([n, p]) => [n, p.total_bytes]);
+      const fused = pts.map(([n, p]) => [n, p.fused_bytes]);
+      const [ymin, ymax] = logRange([...eager, ...fused].map((p) => p[1]));
+      figs.innerHTML = stackedBars({
+        w: 400, h: 310, bars, legend, ylabel: "activation memory",
+        title: `one layer at N = ${fmtTokens(state.N)}`,
+      }) + lineChart({
+        w: 540, h: 310, xlog: true, ylog: true, xmin: 64, xmax: 131072, ymin, ymax,
+        title: `d = ${state.d}, H = ${state.H}, ${state.dtype}, B = ${state.B}`,
+        xlabel: "sequence length N (tokens, log scale)", ylabel: "activation memory, one layer (log)",
+        xticks: logTicks(64, 131072, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 2, 7, (y) => fmtBytes(y, true)),
+        series: [
+          { label: "eager (S, P, dropout kept)", color: COLORS.eager, pts: eager },
+          { label: "fused (FlashAttention)", color: COLORS.fused, pts: fused },
+        ],
+        vlines: [
+          { x: v.n_star, label: `N* = ${fmtInt(v.n_star)}`, color: "#6c757d" },
+          { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
+        ],
+      });
+    },
+  };
+}
+
+function flopsView(model, root, spec) {
+  const controls = el("div", { class: "al-controls" });
+  const add = (w) => controls.appendChild(w);
+  const c = archControls(model, add, { withN: true, nLog2: [8, 20], withHkv: false, withL: false, onArch: () => ({}) });
+  const ffn = selectControl("FFN", Object.keys(spec.switches.ffn).map((k) => [k, `${k} (${spec.switches.ffn[k].m_ffn} matrices)`]), (v) => commit(model, { ffn: v }));
+  add(ffn.wrap);
+  const causal = checkControl("causal kernel (skips the masked half)", (v) => commit(model, { causal: v }));
+  add(causal.wrap);
+  const ro = readouts([
+    ["linear_flops", "linear FLOPs at N (projections + FFN)", fmtFlops],
+    ["quadratic_flops", "quadratic FLOPs at N (QK^T, PV)", fmtFlops],
+    ["quadratic_share", "quadratic share at N", fmtPct],
+    ["n_star", "FLOPs crossover N*, whole layer", fmtInt],
+    ["quadratic_share_attention", "quadratic share at N, attention block", fmtPct],
+    ["n_star_attention", "FLOPs crossover N*, attention block", fmtInt],
+    ["d_head", "head dimension D = d / H", (x) => String(+x.toFixed(2))],
+  ]);
+  const note = el("div", { class: "al-note", text: "H does not change the FLOPs: H heads of N^2 D each make N^2 d." });
+  const figs = el("div", { class: "al-figures" });
+  root.append(el("div", { class: "al-title", text: "The FLOPs of one transformer layer: linear against quadratic in N" }), controls, ro.box, note, figs);
+  return {
+    update(state) {
+      c.sync();
+      ffn.input.value = state.ffn;
+      causal.input.checked = !!state.causal;
+      const v = computeValues(spec, "flops", state);
+      ro.update(v);
+      const ns = logGrid(256, 1048576);
+      const pts = ns.map((n) => [n, computeValues(spec, "flops", { ...state, N: Math.round(n) })]);
+      const lin = pts.map(([n, p]) => [n, p.linear_flops]);
+      const quad = pts.map(([n, p]) => [n, p.quadratic_flops]);
+      const [ymin, ymax] = logRange([...lin, ...quad].map((p) => p[1]));
+      const marks = [
+        { x: v.n_star, label: `N* = ${fmtInt(v.n_star)}`, color: COLORS.eager },
+        { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
+      ];
+      figs.innerHTML = lineChart({
+        w: 470, h: 310, xlog: true, ylog: true, xmin: 256, xmax: 1048576, ymin, ymax,
+        title: `forward FLOPs of one layer, d = ${state.d}`,
+        xlabel: "sequence length N (tokens, log scale)", ylabel: "FLOPs (log scale)",
+        xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 10, 7, (y) => fmtFlops(y, true)),
+        series: [
+          { label: `linear: projections + ${state.ffn} FFN`, color: COLORS.fused, pts: lin },
+          { label: `quadratic: QK^T and PV${state.causal ? " (causal)" : ""}`, color: COLORS.eager, pts: quad },
+        ],
+        vlines: marks,
+      }) + lineChart({
+        w: 470, h: 310, xlog: true, ylog: false, xmin: 256, xmax: 1048576, ymin: 0, ymax: 100,
+        title: `quadratic share, ffn = ${state.ffn}${state.causal ? ", causal" : ""}`,
+        xlabel: "sequence length N (tokens, log scale)", ylabel: "quadratic share of FLOPs (%)",
+        xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: [0, 25, 50, 75, 100].map((y) => [y, `${y}%`]),
+        hlines: [{ y: 50, color: "#999" }],
+        series: [
+          { label: "whole layer (with FFN)", color: COLORS.eager, pts: pts.map(([n, p]) => [n, 100 * p.quadratic_share]) },
+          { label: "attention block alone", color: COLORS.attn, dash: "6 3", pts: pts.map(([n, p]) => [n, 100 * p.quadratic_share_attention]) },
+        ],
+        vlines: [marks[0], { x: v.n_star_attention, label: `N* = ${fmtInt(v.n_star_attention)}`, color: COLORS.attn }, marks[1]],
+      });
+    },
+  };
+}
+
+function explorerView(model, root, spec) {
+  const controls = el("div", { class: "al-controls" });
+  const add = (w) => controls.appendChild(w);
+  const presetNames = Object.keys(spec.models);
+  const preset = selectControl("model", [...presetNames.map((k) => [k, k]), ["custom", "custom"]], (name) => {
+    if (name in spec.models) {
+      const p = spec.models[name];
+      commit(model, { model: name, d: p.d, H: p.H, H_kv: p.H_kv, L: p.L, D: p.D, F: p.F, ffn: p.ffn, window: p.window, kv_latent: p.kv_latent });
+    } else {
+      commit(model, { model: "custom" });
+    }
+  });
+  add(preset.wrap);
+  // moving an architecture slider makes the model "custom"; moving d or H sets D = d / H and
+  // keeps the FFN width ratio F / d
+  const onArch = (ch) => {
+    const out = { model: "custom" };
+    if ("d" in ch || "H" in ch) {
+      const d = ch.d ?? model.get("d");
+      const H = ch.H ?? model.get("H");
+      out.D = Math.floor(d / H);
+      if ("d" in ch) out.F = Math.max(1, Math.round((model.get("F") / model.get("d")) * d));
+    }
+    return out;
+  };
+  const c = archControls(model, add, { withN: true, nLog2: [8, 20], withHkv: true, withL: true, onArch });
+  const dtype = selectControl("dtype", Object.keys(spec.dtype_bytes).map((k) => [k, `${k} (${spec.dtype_bytes[k]} B)`]), (v) => commit(model, { dtype: v }));
+  add(dtype.wrap);
+  const causal = checkControl("causal kernel (half the N x N FLOPs)", (v) => commit(model, { causal: v }));
+  add(causal.wrap);
+  const drop = checkControl("store the dropout multiplier", (v) => commit(model, { dropout: v }));
+  add(drop.wrap);
+  const info = el("div", { class: "al-note" });
+  const ro = readouts([
+    ["n_star_flops", "FLOPs crossover N* (whole layer)", fmtInt],
+    ["n_star_flops_attention", "FLOPs crossover N* (attention block)", fmtInt],
+    ["quadratic_share", "quadratic share of FLOPs at N", fmtPct],
+    ["n_star_memory", "memory crossover N* (activations)", fmtInt],
+    ["act_layer_eager", "activations per layer, eager", fmtBytes],
+    ["act_layer_fused", "activations per layer, fused", fmtBytes],
+    ["act_eager", "activations x L layers, eager", fmtBytes],
+    ["act_fused", "activations x L layers, fused", fmtBytes],
+    ["eager_over_fused", "eager / fused", fmtRatio],
+    ["kv_bytes_per_token", "KV cache per token (all layers)", fmtBytes],
+    ["kv_cache_bytes", "KV cache of one sequence at N", fmtBytes],
+    ["linear_state_bytes", "linear-attention state (any N)", fmtBytes],
+    ["kv_over_state", "KV cache / linear state", fmtRatio],
+    ["n_star_kv_state", "N where the KV cache passes the state", fmtInt],
+  ]);
+  const figs = el("div", { class: "al-figures" });
+  // the time crossover, measured by the running kernel
+  const button = el("button", { type: "button", text: "measure on this machine" });
+  const status = el("span", { class: "al-status" });
+  const result = el("div");
+  const measure = el("div", { class: "al-measure" }, [
+    el("div", { class: "al-note", text: "Time crossover: causal softmax attention (torch SDPA) against chunked linear attention, timed in the running kernel with this model's D." }),
+    button, status, result,
+  ]);
+  let waiting = null;
+  const noKernel = () => {
+    status.textContent = "needs a running kernel (open the notebook in JupyterLab or Colab and run it)";
+    button.disabled = false;
+  };
+  button.addEventListener("click", () => {
+    if (model.get("_static_page")) {
+      noKernel();
+      return;
+    }
+    status.textContent = "asking the kernel...";
+    button.disabled = true;
+    try {
+      model.send({ type: "measure" });
+    } catch (err) {
+      noKernel();
+      return;
+    }
+    clearTimeout(waiting);
+    waiting = setTimeout(noKernel, 3000);
+  });
+  const showMeasured = () => {
+    const s = model.get("measure_status");
+    if (s) {
+      clearTimeout(waiting);
+      status.textContent = s === "running" ? "measuring (a few seconds)..." : s === "done" ? "done" : s;
+      button.disabled = s === "running";
+    }
+    const m = model.get("measured") || {};
+    if (!m.N || !m.N.length) {
+      result.innerHTML = "";
+      return;
+    }
+    const rows = m.N.map((n, i) => `<tr><td>${fmtTokens(n)}</td><td>${(1e3 * m.softmax_s[i]).toFixed(2)}</td><td>${(1e3 * m.linear_s[i]).toFixed(2)}</td><td>${(m.softmax_s[i] / m.linear_s[i]).toFixed(2)}</td></tr>`).join("");
+    const x = m.crossover_N;
+    const when = model.get("_static_page") ? "<div class=\"al-note\">Measured when this page was built, on the machine that built it:</div>" : "";
+    result.innerHTML = `${when}<table><tr><th>N</th><th>softmax (ms)</th><th>linear (ms)</th><th>softmax / linear</th></tr>${rows}</table>`
+      + `<div>time crossover: <span class="al-measured">${x === null ? `not reached by N = ${fmtTokens(m.N[m.N.length - 1])}` : `N = ${fmtInt(x)}`}</span> (D = ${m.D}, ${m.heads} heads, chunk ${m.chunk})</div>`;
+  };
+  model.on("change:measure_status", showMeasured);
+  model.on("change:measured", showMeasured);
+  root.append(el("div", { class: "al-title", text: "Explorer: where the crossovers land for one model" }), controls, info, ro.box, figs, measure);
+  showMeasured();
+  return {
+    update(state) {
+      c.sync();
+      preset.input.value = model.get("model");
+      dtype.input.value = state.dtype;
+      causal.input.checked = !!state.causal;
+      drop.input.checked = !!state.dropout;
+      const name = model.get("model");
+      const src = name in spec.models ? spec.models[name].source : "";
+      info.textContent = `${name}: d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, D = ${state.D}, L = ${state.L}, FFN ${state.ffn} of width ${state.F}`
+        + (state.window ? `, sliding window ${state.window} tokens` : "")
+        + (state.kv_latent ? `, MLA latent of ${state.kv_latent} values per token and layer` : "")
+        + (src ? ` (${src})` : "");
+      const v = computeValues(spec, "explorer", state);
+      ro.update(v);
+      const ns = logGrid(256, 1048576);
+      const pts = ns.map((n) => [n, computeValues(spec, "explorer", { ...state, N: Math.round(n) })]);
+      const series = [
+        { label: `activations x ${state.L} layers, eager`, color: COLORS.eager, pts: pts.map(([n, p]) => [n, p.act_eager]) },
+        { label: `activations x ${state.L} layers, fused`, color: COLORS.fused, pts: pts.map(([n, p]) => [n, p.act_fused]) },
+        { label: "KV cache", color: COLORS.kv, pts: pts.map(([n, p]) => [n, p.kv_cache_bytes]) },
+        { label: "linear-attention state", color: COLORS.state, dash: "6 3", pts: pts.map(([n, p]) => [n, p.linear_state_bytes]) },
+      ];
+      const [ymin, ymax] = logRange(series.flatMap((s) => s.pts.map((p) => p[1])));
+      const now = { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" };
+      figs.innerHTML = lineChart({
+        w: 470, h: 320, xlog: true, ylog: true, xmin: 256, xmax: 1048576, ymin, ymax,
+        title: `memory of one sequence (${state.dtype})`,
+        xlabel: "sequence length N (tokens, log scale)", ylabel: "bytes (log scale)",
+        xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 2, 7, (y) => fmtBytes(y, true)),
+        series,
+        vlines: [{ x: v.n_star_memory, label: `N* = ${fmtInt(v.n_star_memory)}`, color: COLORS.eager }, now],
+      }) + lineChart({
+        w: 470, h: 320, xlog: true, ylog: false, xmin: 256, xmax: 1048576, ymin: 0, ymax: 100,
+        title: `FLOPs of one layer (${state.ffn} FFN${state.causal ? ", causal" : ""})`,
+        xlabel: "sequence length N (tokens, log scale)", ylabel: "quadratic share of FLOPs (%)",
+        xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: [0, 25, 50, 75, 100].map((y) => [y, `${y}%`]),
+        hlines: [{ y: 50, color: "#999" }],
+        series: [{ label: "quadratic share of layer FLOPs", color: COLORS.eager, pts: pts.map(([n, p]) => [n, 100 * p.quadratic_share]) }],
+        vlines: [{ x: v.n_star_flops, label: `N* = ${fmtInt(v.n_star_flops)}`, color: COLORS.eager }, now],
+      });
+    },
+  };
+}
+
+const VIEWS = { memory: memoryView, flops: flopsView, explorer: explorerView };
+
+function render({ model, el: host }) {
+  const spec = model.get("spec");
+  const kind = model.get("kind");
+  const root = document.createElement("div");
+  root.className = `al-widget al-${kind}`;
+  host.appendChild(root);
+  if (!spec || !spec.widgets || !VIEWS[kind]) {
+    root.textContent = "attn_core widget: no formula spec in the widget state.";
+    return undefined;
+  }
+  const view = VIEWS[kind](model, root, spec);
+  let queued = false;
+  const refresh = () => {
+    if (queued) return;
+    queued = true;
+    queueMicrotask(() => {
+      queued = false;
+      const t0 = performance.now();
+      view.update(stateOf(model, spec, kind));
+      root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(2));
+    });
+  };
+  const traits = new Set([...Object.values(spec.widgets[kind].inputs), ...Object.values(spec.widgets[kind].switches), "model"]);
+  for (const t of traits) model.on(`change:${t}`, refresh);
+  refresh();
+  return () => {
+    for (const t of traits) model.off(`change:${t}`, refresh);
+  };
+}
+
+export default { render };

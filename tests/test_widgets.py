@@ -1,0 +1,437 @@
+"""attn_core.widgets: the formulas-as-data equal the library, the widgets show them, the page computes them.
+
+* The spec (attn_core.widgets.formula_spec), evaluated by the generic Python evaluator, equals
+  the library's direct functions (ledger, flops, kv_cache) over a grid of inputs.
+* Each widget's ``values`` follow its traits and equal the library; bad traits are rejected
+  with an error naming the trait.
+* The front end is one local ES module with no network access; with Node.js, its evaluator
+  (the block between the evaluator markers) gives the same numbers as Python over the grid.
+"""
+
+import itertools
+import json
+import math
+import re
+import shutil
+import subprocess
+import time
+from fractions import Fraction
+
+import pytest
+import traitlets
+
+from attn_core import flops, kv_cache, ledger
+from attn_core import widgets as W
+
+STATIC = W._STATIC
+JS = STATIC / "ledger_widgets.js"
+
+
+def memory_state(B=1, N=4096, d=3072, H=24, dtype="bf16", dropout=True):
+    return {"B": B, "N": N, "d": d, "H": H, "dtype": dtype, "dropout": dropout}
+
+
+def flops_state(N=4096, d=3072, H=24, ffn="mlp", causal=False, ffn_mult=4.0):
+    return {"N": N, "d": d, "H": H, "ffn": ffn, "causal": causal, "ffn_mult": ffn_mult}
+
+
+def explorer_state(model=None, N=4096, dtype="bf16", causal=False, dropout=True, B=1, **arch):
+    base = W.model_traits(kv_cache.MODELS[model or W.DEFAULT_MODEL])
+    return {**base, **arch, "N": N, "dtype": dtype, "causal": causal, "dropout": dropout, "B": B}
+
+
+# ------------------------------------------------------------------------- grids (readable ids)
+MEMORY_GRID = [
+    memory_state(B, N, d, H, dtype, dropout)
+    for B, N, (d, H), dtype, dropout in itertools.product(
+        (1, 3), (1, 63, 256, 4096, 131072), ((64, 4), (60, 5), (3072, 24), (8192, 64)),
+        ("fp32", "bf16", "fp8"), (True, False))
+]
+FLOPS_GRID = [
+    flops_state(N, d, H, ffn, causal, mult)
+    for N, (d, H), ffn, causal, mult in itertools.product(
+        (1, 63, 4096, 18432, 1048576), ((64, 4), (768, 12), (3072, 24), (5120, 128)),
+        ("mlp", "swiglu"), (False, True), (4.0, 3.5, 2.6875))
+]
+EXPLORER_GRID = [
+    explorer_state(model, N, dtype, causal, dropout)
+    for model, N, dtype, causal, dropout in itertools.product(
+        kv_cache.MODELS, (1, 256, 4096, 131072, 1048576), ("fp32", "bf16"), (False, True), (True,))
+] + [  # custom shapes: GQA, MQA, windows, odd sizes, batches
+    explorer_state(None, N, "fp8", False, False, B=B, d=d, H=H, H_kv=H_kv, L=L, D=d // H, F=F,
+                   ffn=ffn, window=window, kv_latent=0)
+    for N, B, (d, H, H_kv), L, F, ffn, window in [
+        (63, 1, (60, 5, 1), 3, 240, "mlp", 0),
+        (5000, 2, (4096, 32, 8), 32, 11008, "swiglu", 4096),
+        (100, 4, (2048, 16, 4), 24, 5632, "swiglu", 4096),
+        (1048576, 1, (16384, 128, 8), 126, 53248, "swiglu", 0),
+    ]
+]
+
+
+def _id(state):
+    return ",".join(f"{k}={v}" for k, v in state.items() if k in ("B", "N", "d", "H", "H_kv", "L", "dtype",
+                                                                    "dropout", "ffn", "causal", "ffn_mult",
+                                                                    "window"))
+
+
+# ------------------------------------------------------------------------- spec == library
+def test_spec_is_json_and_covers_the_library_terms():
+    spec = W.formula_spec()
+    assert json.loads(json.dumps(spec)) == spec  # JSON-able as it is
+    assert spec["format"] == W.SPEC_FORMAT
+    assert spec["dtype_bytes"] == ledger.DTYPE_BYTES
+    assert {f"ledger.{k}" for k in ledger.LEDGER_TERMS} <= set(spec["expressions"])
+    assert {f"flops.{k}" for k in flops.FLOPS_TERMS} <= set(spec["expressions"])
+    assert {"fused", "kv_cache", "linear_state"} <= set(spec["expressions"])
+    for kind in ("memory", "flops", "explorer"):
+        recipe = spec["widgets"][kind]
+        keys = [s["key"] for s in recipe["values"]]
+        assert len(keys) == len(set(keys)), f"{kind}: duplicate value keys"
+        for expr in (n for s in recipe["values"] for n in s.get("of", []) if s["op"] == "sum"):
+            assert expr in spec["expressions"]
+        used = {sym for e in spec["expressions"].values() for _, p in e for sym in p}
+        assert used <= set(spec["symbols"]), "every symbol is documented"
+
+
+@pytest.mark.parametrize("state", MEMORY_GRID, ids=_id)
+def test_memory_spec_equals_ledger(state):
+    """Each item, the total, the fused side and N* equal attn_core.ledger for the same inputs."""
+    v = W.compute_values("memory", state, exact=True)
+    B, N, d, H, dtype, dropout = (state[k] for k in ("B", "N", "d", "H", "dtype", "dropout"))
+    items = ledger.activation_ledger(B, N, d, H, dtype, dropout=dropout)
+    for name, nbytes in items.items():
+        assert v[f"item.{name}"] == nbytes, name
+    assert v["total_bytes"] == sum(items.values())
+    assert v["quadratic_bytes"] == items["S"] + items["P"] + items["dropout"]
+    assert v["fused_bytes"] == ledger.fused_activation_bytes(B, N, d, dtype)
+    fused = ledger.fused_activation_bytes(B, N, d, dtype)
+    assert v["eager_over_fused"] == Fraction(sum(items.values()), fused)
+    if dropout:
+        assert float(v["n_star"]) == ledger.memory_crossover(d, H)
+    # at N* the two parts are equal (exactly, the crossover is rational)
+    at = W.compute_values("memory", {**state, "N": 1}, exact=True)
+    assert at["linear_bytes"] * v["n_star"] == at["quadratic_bytes"] * v["n_star"] ** 2
+
+
+@pytest.mark.parametrize("state", FLOPS_GRID, ids=_id)
+def test_flops_spec_equals_layer_flops(state):
+    v = W.compute_values("flops", state, exact=True)
+    N, d, ffn, causal, mult = (state[k] for k in ("N", "d", "ffn", "causal", "ffn_mult"))
+    linear, quadratic = flops.layer_flops(N, d, ffn=ffn, ffn_mult=mult, causal=causal)
+    assert math.floor(v["linear_flops"]) == linear  # the library truncates a fractional FFN count
+    assert v["quadratic_flops"] == quadratic
+    lin_attn, quad_attn = flops.layer_flops(N, d, with_ffn=False, causal=causal)
+    assert v["linear_flops_attention"] == lin_attn
+    assert v["total_flops_attention"] == lin_attn + quad_attn
+    assert float(v["n_star"]) == flops.flops_crossover(d, ffn=ffn, ffn_mult=mult, causal=causal)
+    assert float(v["n_star_attention"]) == flops.flops_crossover(d, with_ffn=False, causal=causal)
+    assert v["d_head"] == Fraction(d, state["H"])
+
+
+@pytest.mark.parametrize("state", EXPLORER_GRID, ids=_id)
+def test_explorer_spec_equals_library(state):
+    v = W.compute_values("explorer", state, exact=True)
+    N, d, H, L, D, dtype = (state[k] for k in ("N", "d", "H", "L", "D", "dtype"))
+    b = ledger.DTYPE_BYTES[dtype]
+    B = state["B"]
+    # FLOPs of one layer, with this model's FFN
+    mult = state["F"] / d
+    linear, quadratic = flops.layer_flops(N, d, ffn=state["ffn"], ffn_mult=mult, causal=state["causal"])
+    assert math.floor(v["linear_flops"]) == linear and v["quadratic_flops"] == quadratic
+    assert float(v["n_star_flops"]) == flops.flops_crossover(d, ffn=state["ffn"], ffn_mult=mult,
+                                                             causal=state["causal"])
+    # activations: one layer and L layers, eager and fused
+    eager = sum(ledger.activation_ledger(B, N, d, H, dtype, dropout=state["dropout"]).values())
+    fused = ledger.fused_activation_bytes(B, N, d, dtype)
+    assert (v["act_layer_eager"], v["act_layer_fused"]) == (eager, fused)
+    assert (v["act_eager"], v["act_fused"]) == (L * eager, L * fused)
+    if state["dropout"]:
+        assert float(v["n_star_memory"]) == ledger.memory_crossover(d, H)
+    # KV cache and the linear-attention state
+    window = state["window"] or None
+    if state["kv_latent"]:
+        m = next(m for m in kv_cache.MODELS.values() if W.model_traits(m) == {
+            k: state[k] for k in W.model_traits(m)})
+        assert v["kv_cache_bytes"] == m.kv_bytes(N, batch=B, bytes_per_value=b)
+        assert v["kv_bytes_per_token"] == m.kv_bytes_per_token(b)
+    else:
+        assert v["kv_cache_bytes"] == kv_cache.kv_cache_bytes(L, state["H_kv"], D, N, batch=B, window=window,
+                                                              bytes_per_value=b)
+        assert v["kv_bytes_per_token"] == kv_cache.kv_cache_bytes_per_token(L, state["H_kv"], D, b)
+    assert v["linear_state_bytes"] == kv_cache.linear_state_bytes(L, H, D, batch=B, bytes_per_value=b)
+    # the KV cache (without a window) equals the state at n_star_kv_state
+    assert v["n_star_kv_state"] * v["kv_bytes_per_token"] * B == v["linear_state_bytes"]
+
+
+@pytest.mark.parametrize("name", list(kv_cache.MODELS))
+def test_presets_match_model_configs(name):
+    """Each preset's KV cache equals ModelConfig.kv_bytes (window and MLA included)."""
+    m = kv_cache.MODELS[name]
+    for N in (1, 4096, 131072):
+        v = W.compute_values("explorer", explorer_state(name, N))
+        assert v["kv_cache_bytes"] == m.kv_bytes(N)
+        assert v["kv_bytes_per_token"] == m.kv_bytes_per_token()
+
+
+def test_seed_numbers_through_the_widgets():
+    """Seed 003: 2,566,914,048 bytes at N = 4096, 17x fused, N* = 256; FLOPs N* = 6d = 18432, 2d = 6144."""
+    v = W.MemoryLedgerWidget().values
+    assert (v["total_bytes"], v["eager_over_fused"], v["n_star"]) == (2_566_914_048, 17, 256)
+    assert round(100 * v["quadratic_share"], 1) == 94.1
+    f = W.FlopsWidget().values
+    assert (f["n_star"], f["n_star_attention"]) == (18432, 6144)
+    assert round(100 * f["quadratic_share"], 1) == 18.2
+
+
+def test_crossover_helper():
+    lin = [[6, {"N": 1, "d": 1}]]
+    quad = [[3, {"N": 2, "H": 1}]]
+    assert W.crossover(lin, quad, "N", {"d": Fraction(3072), "H": Fraction(24)}) == 256
+    assert W.crossover(lin, [[0, {"N": 2}]], "N", {"d": Fraction(1)}) is None
+    cube = [[1, {"N": 3}]]
+    assert W.crossover([[8, {}]], cube, "N", {}) == 2  # non-unit power gap
+    with pytest.raises(ValueError, match="power"):
+        W.crossover(lin + quad, quad, "N", {"d": Fraction(1), "H": Fraction(1)})
+    with pytest.raises(ValueError, match="grow faster"):
+        W.crossover(quad, lin, "N", {"d": Fraction(1), "H": Fraction(1)})
+
+
+# ------------------------------------------------------------------------- widgets: traits -> values
+def test_memory_widget_values_follow_traits():
+    w = W.MemoryLedgerWidget()
+    seen = []
+    w.observe(lambda ch: seen.append(ch["new"]["total_bytes"]), names="values")
+    w.N = 8192
+    assert w.values["total_bytes"] == sum(ledger.activation_ledger(1, 8192, 3072, 24).values())
+    with w.hold_trait_notifications():  # d and H together: 4096 / 24 alone would be rejected
+        w.d, w.H = 4096, 32
+    w.dtype, w.dropout = "fp32", False
+    items = ledger.activation_ledger(1, 8192, 4096, 32, "fp32", dropout=False)
+    assert w.values == W.compute_values("memory", w.state())
+    assert {k[5:]: v for k, v in w.values.items() if k.startswith("item.")} == items
+    assert w.values["n_star"] == 3 * 4096 / 32  # without dropout: 4 B N d b... 6 B N d = 2 B H N^2
+    assert len(seen) >= 4
+    with pytest.raises(traitlets.TraitError):
+        w.values = {}  # read-only
+
+
+def test_flops_widget_values_follow_traits():
+    w = W.FlopsWidget(d=4096, H=32, ffn="swiglu", causal=True, N=131072)
+    lin, quad = flops.layer_flops(131072, 4096, ffn="swiglu", causal=True)
+    assert (w.values["linear_flops"], w.values["quadratic_flops"]) == (lin, quad)
+    w.causal = False
+    assert w.values["n_star"] == flops.flops_crossover(4096, ffn="swiglu")
+    w.ffn = "mlp"
+    assert w.values["n_star"] == 6 * 4096
+    w.H = 8  # H changes D, not the FLOPs
+    assert w.values["d_head"] == 512 and w.values["n_star"] == 6 * 4096
+
+
+def test_explorer_presets_and_custom():
+    e = W.Explorer()
+    assert e.model == W.DEFAULT_MODEL and e.values["n_star_flops"] == 18432
+    e.model = "Llama 3 70B"
+    m = kv_cache.MODELS["Llama 3 70B"]
+    assert (e.d, e.H, e.H_kv, e.L, e.D, e.F, e.ffn) == (8192, 64, 8, 80, 128, 28672, "swiglu")
+    e.N = 131072
+    assert e.values["kv_cache_bytes"] == m.kv_bytes(131072) == 40 * 1024**3
+    e.L = 40  # an architecture slider: the model becomes custom, the rest stays
+    assert e.model == "custom" and e.values["kv_cache_bytes"] == m.with_(num_layers=40).kv_bytes(131072)
+    with e.hold_trait_notifications():
+        e.d, e.H, e.H_kv = 4096, 16, 4
+    assert e.D == 256  # D follows d / H for a custom model
+    e.model = "DeepSeek-V2"  # MLA: D = 128 although d / H = 40
+    assert (e.D, e.kv_latent) == (128, 576)
+    assert e.values["kv_bytes_per_token"] == kv_cache.MODELS["DeepSeek-V2"].kv_bytes_per_token()
+    e2 = W.Explorer(model="Mistral 7B", N=65536)
+    assert e2.model == "Mistral 7B" and e2.window == 4096
+    assert e2.values["kv_cache_bytes"] == kv_cache.MODELS["Mistral 7B"].kv_bytes(65536)
+    e3 = W.Explorer(model="Llama 3 8B", d=2048)  # a preset changed at construction is custom
+    assert e3.model == "custom" and e3.D == 2048 // 32
+
+
+@pytest.mark.parametrize("cls", [W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer], ids=lambda c: c.__name__)
+def test_classmethod_compute_values_from_synced_state(cls):
+    """cls.compute_values(**synced state) is what the page of a built book must show (browser test)."""
+    w = cls(N=65536)
+    state = json.loads(json.dumps(w.get_state(), default=str))  # as embedded in the page
+    assert state["_anywidget_id"] == f"attn_core.widgets.{cls.__name__}"
+    assert cls.compute_values(**state) == w.values
+    assert cls.compute_values() == cls().values  # defaults
+    assert cls.compute_values(N=1024, layout="IPY_MODEL_x") == cls(N=1024).values
+
+
+def test_presets_cover_models():
+    spec = W.formula_spec()
+    assert list(spec["models"]) == list(kv_cache.MODELS)
+    assert list(W.Explorer.model.values) == [*kv_cache.MODELS, "custom"]
+    for name, m in kv_cache.MODELS.items():
+        e = W.Explorer(model=name)
+        assert e.model == name
+        assert {k: getattr(e, k) for k in W.model_traits(m)} == W.model_traits(m)
+        assert {k: spec["models"][name][k] for k in W.model_traits(m)} == W.model_traits(m)
+
+
+@pytest.mark.parametrize(
+    "make, trait",
+    [
+        (lambda: W.MemoryLedgerWidget(N=0), "N"),
+        (lambda: W.MemoryLedgerWidget(N=16.5), "N"),
+        (lambda: W.MemoryLedgerWidget(dtype="int3"), "dtype"),
+        (lambda: W.MemoryLedgerWidget(H=7), "H"),
+        (lambda: W.MemoryLedgerWidget(d=3010), "d"),
+        (lambda: W.FlopsWidget(ffn="moe"), "ffn"),
+        (lambda: W.FlopsWidget(d=-1), "d"),
+        (lambda: W.FlopsWidget(ffn_mult=0.0), "ffn_mult"),
+        (lambda: W.Explorer(model="GPT-5"), "model"),
+        (lambda: W.Explorer(H_kv=5), "H_kv"),
+        (lambda: W.Explorer(L=0), "L"),
+        (lambda: W.Explorer(window=-1), "window"),
+    ],
+    ids=["N=0", "N float", "dtype", "H does not divide d", "d not divisible", "ffn", "d<0", "ffn_mult=0",
+         "model", "H_kv does not divide H", "L=0", "window<0"],
+)
+def test_bad_traits_rejected(make, trait):
+    with pytest.raises((ValueError, traitlets.TraitError), match=rf"\b{trait}\b"):
+        make()
+
+
+def test_bad_trait_on_a_live_widget_keeps_the_old_values():
+    w = W.MemoryLedgerWidget()
+    before = dict(w.values)
+    with pytest.raises(traitlets.TraitError, match="H"):
+        w.H = 7
+    assert w.H == 24 and w.values == before
+
+
+def test_observer_latency():
+    """A slider move costs the kernel well under a millisecond (no torch in observers)."""
+    e = W.Explorer()
+    t0 = time.perf_counter()
+    for i in range(200):
+        e.N = 1000 + i
+    per_move = (time.perf_counter() - t0) / 200
+    assert per_move < 0.01, f"{per_move * 1e3:.2f} ms per trait change"
+
+
+def test_figures_have_labelled_axes():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for w in (W.MemoryLedgerWidget(), W.FlopsWidget(causal=True), W.Explorer(model="Mistral 7B")):
+        fig = w.figure()
+        for ax in fig.axes:
+            assert ax.get_title() and ax.get_ylabel()
+            assert ax.get_xlabel() or ax.get_xticklabels()
+        assert any("N (tokens" in ax.get_xlabel() for ax in fig.axes)
+        plt.close(fig)
+
+
+def test_time_crossover_helper():
+    ns = [256, 512, 1024, 2048]
+    # ratios 0.8 then 4/3 around N = 512..1024: interpolated on log N and log ratio
+    expected = 2 ** (9 + math.log(1.25) / math.log(1.25 * 4 / 3))
+    assert W.time_crossover(ns, [1, 2, 4, 8], [2, 2.5, 3, 4]) == pytest.approx(expected)
+    assert W.time_crossover(ns, [3, 3, 3, 3], [1, 1, 1, 1]) == 256.0
+    assert W.time_crossover(ns, [1, 1, 1, 1], [2, 2, 2, 2]) is None
+    # noisy: the last crossing from below counts
+    last = 2 ** (10 + math.log(2) / math.log(3))
+    assert W.time_crossover(ns, [1, 3, 1, 3], [2, 2, 2, 2]) == pytest.approx(last)
+
+
+def test_measure_time_crossover_small():
+    e = W.Explorer(model="GPT-2 small")
+    out = e.measure_time_crossover(ns=(32, 64), heads=1, repeats=1)
+    assert out["N"] == [32, 64] and len(out["softmax_s"]) == len(out["linear_s"]) == 2
+    assert out["D"] == 64 and e.measured == out
+    assert out["crossover_N"] is None or 32 <= out["crossover_N"] <= 64
+
+
+def test_measure_message_from_the_page(monkeypatch):
+    e = W.Explorer()
+    statuses = []
+    e.observe(lambda ch: statuses.append(ch["new"]), names="measure_status")
+    monkeypatch.setattr(e, "measure_time_crossover", lambda: {"N": [1]})
+    e._on_msg(e, {"type": "measure"}, [])
+    assert statuses == ["running", "done"]
+    e._on_msg(e, {"type": "something else"}, [])
+    assert statuses == ["running", "done"]
+
+
+# ------------------------------------------------------------------------- the front end
+def test_front_end_is_local():
+    """One ES module and one stylesheet, shipped as package data, that load nothing from the network."""
+    assert JS.is_file() and (STATIC / "ledger_widgets.css").is_file()
+    for path in STATIC.iterdir():
+        text = path.read_text()
+        assert not re.search(r"https?://", text), f"{path.name} names a URL"
+        for call in ("fetch(", "XMLHttpRequest", "import(", "WebSocket", "<script"):
+            assert call not in text, f"{path.name} uses {call}"
+        assert not re.search(r"^\s*import\s", text, re.M), f"{path.name} imports a module"
+    text = JS.read_text()
+    assert "export default" in text
+    for cls in (W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer):
+        assert cls()._esm == text  # anywidget sends the file as it is
+
+
+def _evaluator_source() -> str:
+    text = JS.read_text()
+    m = re.search(r"// <evaluator>\n(.*?)// </evaluator>", text, re.S)
+    assert m, "evaluator markers missing"
+    return m.group(1)
+
+
+def test_js_evaluator_has_no_formulas():
+    """The JS evaluator is generic: it names no symbol of the formulas, only the spec's structure."""
+    src = _evaluator_source()
+    for literal in ('"N"', '"d"', '"H"', '"b"', "3072", "24 *", "6 *"):
+        assert literal not in src
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed: the page's evaluator is not run here")
+def test_js_evaluator_equals_python():
+    """The page's evaluator (run in Node.js) gives Python's numbers for every grid point; report its speed."""
+    cases = ([("memory", s) for s in MEMORY_GRID] + [("flops", s) for s in FLOPS_GRID]
+             + [("explorer", s) for s in EXPLORER_GRID])
+    script = _evaluator_source() + """
+const fs = require("fs");
+const input = JSON.parse(fs.readFileSync(0, "utf8"));
+const out = input.cases.map(([kind, state]) => computeValues(input.spec, kind, state));
+// latency: one slider move recomputes the values and a 97-point curve of the explorer
+const st = input.cases[input.cases.length - 1][1];
+const t0 = process.hrtime.bigint();
+const reps = 50;
+for (let r = 0; r < reps; r++) {
+  for (let i = 0; i < 97; i++) {
+    computeValues(input.spec, "explorer", { ...st, N: Math.round(2 ** (8 + i / 8)) });
+  }
+}
+const ms = Number(process.hrtime.bigint() - t0) / 1e6 / reps;
+process.stdout.write(JSON.stringify({ out, ms }));
+"""
+    spec = W.formula_spec()
+    proc = subprocess.run([NODE, "-e", script], input=json.dumps({"spec": spec, "cases": cases}),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    worst = 0.0
+    for (kind, state), js in zip(cases, result["out"]):
+        py = W.compute_values(kind, state, spec)
+        assert set(js) == set(py), kind
+        for key, pv in py.items():
+            jv = js[key]
+            if pv is None:
+                assert jv is None, (kind, key, state)
+                continue
+            rel = abs(jv - pv) / max(abs(pv), 1e-300)
+            worst = max(worst, rel)
+            assert rel < 1e-12, (kind, key, state, pv, jv)
+    print(f"\nJS evaluator: {len(cases)} states, max relative difference {worst:.1e}; "
+          f"values + a 97-point curve in {result['ms']:.2f} ms")
+    assert result["ms"] < 100
