@@ -48,6 +48,7 @@ test: lint unit nbval book-strict browser
 
 # re-execute every notebook in place (outputs and widget state written by nbclient)
 notebooks: $(STAMP)
+	$(BIN)/python book/_ext/sync_notebooks.py
 	$(BIN)/python -m jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb

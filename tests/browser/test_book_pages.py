@@ -186,3 +186,32 @@ def test_sliders_live_and_equal_python(page, browser, server):
         assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
     finally:
         w.page.close()
+
+
+# ----------------------------------------------------------------------------- launch buttons
+def _chapter_pages() -> list[Path]:
+    return [p for p in _pages() if p.parent.name == "notebooks"]
+
+
+@pytest.mark.parametrize("page", _chapter_pages(), ids=_rel)
+def test_chapter_launch_and_download_buttons(page, browser, server):
+    """Chapter pages link to Colab and Binder (JupyterLab) on branch main, and serve their .ipynb locally."""
+    import yaml
+
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    slug = urlparse(repo["url"]).path.strip("/")
+    w = PageWatch(browser, server)
+    try:
+        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
+        hrefs = w.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+        nb = f"notebooks/{page.stem}.ipynb"
+        assert any(h.startswith("https://colab.research.google.com/github/") and f"{slug}/blob/main/{nb}" in h
+                   for h in hrefs), "no Colab launch link"
+        assert any("mybinder.org" in h and f"{slug}/main" in h and "urlpath=lab" in h for h in hrefs), \
+            "no Binder (JupyterLab) launch link"
+        download = next((h for h in hrefs if h.endswith(f"_sources/{nb}")), None)
+        assert download, "no download-.ipynb link"
+        response = w.page.request.get(f"{server}/{(Path(_rel(page)).parent / download).as_posix()}")
+        assert response.ok and response.json()["nbformat"] == 4
+    finally:
+        w.page.close()
