@@ -141,20 +141,36 @@ def saved_tensor_bytes(fn: Callable, *args, **kwargs) -> SavedTensors:
     return SavedTensors(tensors)
 
 
+# FlopCounterMode knows the out-of-place GEMMs; count their in-place forms (y.baddbmm_(a, b),
+# y += a @ b without a temporary) the same way.
+def _baddbmm_flop(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    (batch, m, k), n = a_shape, b_shape[-1]
+    return 2 * batch * m * k * n
+
+
+def _addmm_flop(self_shape, a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    (m, k), n = a_shape, b_shape[-1]
+    return 2 * m * k * n
+
+
+_IN_PLACE_GEMMS = {torch.ops.aten.baddbmm_: _baddbmm_flop, torch.ops.aten.addmm_: _addmm_flop}
+
+
 def count_flops(fn: Callable, *args, **kwargs) -> int:
     """FLOPs of ``fn(*args, **kwargs)`` as counted by PyTorch's ``FlopCounterMode``.
 
-    It counts matmul-like ops (mm, bmm, addmm, convolutions, SDPA) at 2 FLOPs
-    per multiply-accumulate, and nothing else. Works on the meta device.
+    It counts matmul-like ops (mm, bmm, addmm, convolutions, SDPA, and here also the
+    in-place ``baddbmm_`` and ``addmm_``) at 2 FLOPs per multiply-accumulate, and nothing
+    else. Works on the meta device.
     """
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=_IN_PLACE_GEMMS) as counter:
         fn(*args, **kwargs)
     return int(counter.get_total_flops())
 
 
 def flops_by_op(fn: Callable, *args, **kwargs) -> dict[str, int]:
     """Like :func:`count_flops`, split by ATen op name (e.g. ``{"mm": ..., "bmm": ...}``)."""
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=_IN_PLACE_GEMMS) as counter:
         fn(*args, **kwargs)
     per_op = counter.get_flop_counts().get("Global", {})
     return {str(op).split(".")[-1] if "." in str(op) else str(op): int(n) for op, n in per_op.items()}
