@@ -70,14 +70,19 @@ class SavedTensors:
         return iter(self.tensors)
 
     def table(self) -> str:
-        """A plain-text table, one row per storage."""
-        rows = [f"{'saved by':<44}{'shape':<26}{'dtype':<16}{'bytes':>16}"]
+        """A plain-text table, one row per storage; a node saving it n times shows as "x n"."""
+        labels = []
         for t in self.tensors:
-            who = ", ".join(t.saved_by) or "?"
-            if t.is_leaf:
-                who += " (leaf)"
-            rows.append(f"{who:<44}{str(list(t.shape)):<26}{str(t.dtype):<16}{t.nbytes:>16,}")
-        rows.append(f"{'total':<86}{self.total:>16,}")
+            counts = {name: t.saved_by.count(name) for name in dict.fromkeys(t.saved_by)}
+            who = ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counts.items()) or "?"
+            labels.append(who + (" (leaf)" if t.is_leaf else ""))
+        shapes = [str(list(t.shape)) for t in self.tensors]
+        w1 = max([len("saved by"), *map(len, labels)]) + 2
+        w2 = max([len("shape"), *map(len, shapes)]) + 2
+        rows = [f"{'saved by':<{w1}}{'shape':<{w2}}{'dtype':<16}{'bytes':>16}"]
+        for t, who, shape in zip(self.tensors, labels, shapes):
+            rows.append(f"{who:<{w1}}{shape:<{w2}}{str(t.dtype):<16}{t.nbytes:>16,}")
+        rows.append(f"{'total':<{w1 + w2 + 16}}{self.total:>16,}")
         return "\n".join(rows)
 
 

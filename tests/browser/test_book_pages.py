@@ -215,3 +215,23 @@ def test_chapter_launch_and_download_buttons(page, browser, server):
         assert response.ok and response.json()["nbformat"] == 4
     finally:
         w.page.close()
+
+
+# ----------------------------------------------------------------------------- opened from disk
+@pytest.mark.parametrize("page", _widget_pages(), ids=_rel)
+def test_widget_page_opened_from_disk(page, browser):
+    """Opened as a file (no server, no network): math renders and a slider still updates the numbers."""
+    w = PageWatch(browser, "file://")
+    try:
+        w.page.goto(page.as_uri(), wait_until="load")
+        w.page.wait_for_selector("mjx-container", state="attached", timeout=15_000)
+        handle = w.page.wait_for_selector(".static-anywidget[data-rendered=true]", timeout=15_000)
+        before = _shown_values(handle)
+        slider = handle.query_selector("input[type=range]")
+        slider.focus()
+        at_max = slider.evaluate("s => Number(s.value) >= Number(s.max)")
+        w.page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+        assert _assert_matches_python(handle, w.page) != before
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
