@@ -35,7 +35,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests --ignore=tests/browser
 
 nbval: $(STAMP)
-	$(BIN)/pytest -q $(NBVAL) notebooks
+	$(BIN)/pytest -q $(NBVAL) $(PYTEST_ARGS) notebooks
 
 book-strict: $(STAMP)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
