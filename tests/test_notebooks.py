@@ -84,3 +84,19 @@ def test_one_title_and_exercises(path):
             and "".join(c["source"]).lstrip().startswith("# Solution")
         ]
         assert hidden, f"{path.name}: solutions must be code cells tagged hide-input starting '# Solution'"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_embedded_widget_code_is_current(path):
+    """The widget front end embedded in a notebook (and so in the book) is today's attn_core/static code.
+
+    The static page runs the JavaScript stored in the notebook's widget state, so after a change to
+    attn_core/static the widget notebooks must be re-executed (`make notebooks`).
+    """
+    state = _load(path).get("metadata", {}).get("widgets", {})
+    models = state.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    static = ROOT / "attn_core" / "static"
+    for model in models.values():
+        if model.get("model_module") == "anywidget":
+            assert model["state"]["_esm"] == (static / "ledger_widgets.js").read_text(), "make notebooks"
+            assert model["state"].get("_css", "") == (static / "ledger_widgets.css").read_text()

@@ -682,6 +682,9 @@ function render({ model, el: host }) {
   const kind = model.get("kind");
   const root = document.createElement("div");
   root.className = `al-widget al-${kind}`;
+  // keys typed in the widget (arrows on a slider) are the widget's: JupyterLab must not also
+  // take them as notebook shortcuts, which swallows them before the slider moves
+  root.addEventListener("keydown", (event) => event.stopPropagation());
   host.appendChild(root);
   if (!spec || !spec.widgets || !VIEWS[kind]) {
     root.textContent = "attn_core widget: no formula spec in the widget state.";

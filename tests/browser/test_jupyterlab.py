@@ -1,0 +1,104 @@
+"""The sliders in JupyterLab with a live kernel: a key press moves them, and Python sees the move.
+
+A JupyterLab server runs on 127.0.0.1 over a scratch notebook that shows MemoryLedgerWidget and
+then prints its Python-side state. Chromium (Debian's, through Playwright) runs the notebook,
+moves the N slider with the keyboard, re-runs the print cell, and checks that the kernel got the
+new N and that the total the page shows equals the one Python computed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_book_pages import CHROMIUM, LAUNCH_ARGS, _require_browser
+
+CELLS = [
+    "from attn_core.widgets import MemoryLedgerWidget\nw = MemoryLedgerWidget()\nw",
+    'print(f"N={w.N} total={w.values[\'total_bytes\']}")',
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _require_browser()
+    root = tmp_path_factory.mktemp("lab")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "widget.ipynb")
+    port = _free_port()
+    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
+    proc = subprocess.Popen(
+        [jupyter, "lab", "--no-browser", "--allow-root", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
+         "--LabApp.news_url=None", "--ServerApp.open_browser=False"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                urllib.request.urlopen(f"{url}/lab", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not start within 60 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def _run_all(page):
+    page.keyboard.press("Control+Shift+c")  # command palette
+    page.keyboard.type("Run All Cells")
+    page.keyboard.press("Enter")
+
+
+def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(lab) else r.abort())
+        try:
+            page.goto(f"{lab}/lab/tree/widget.ipynb")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+            _run_all(page)
+            total = page.wait_for_selector(".jp-OutputArea [data-key='total_bytes']", timeout=90_000)
+            page.wait_for_selector("text=/N=4096 total=\\d+/", timeout=60_000)
+            shown_before = total.get_attribute("data-value")
+
+            widget = total.evaluate_handle("e => e.closest('.jp-OutputArea-output')")
+            slider = widget.query_selector("input[type=range]")  # the first slider is N
+            slider.focus()
+            page.keyboard.press("ArrowRight")
+            page.wait_for_function(
+                "([e, v]) => e.getAttribute('data-value') !== v", arg=[total, shown_before], timeout=10_000
+            )
+            shown_after = int(float(total.get_attribute("data-value")))
+
+            page.locator(".jp-Cell").nth(1).click()  # select the print cell and run it again
+            page.keyboard.press("Shift+Enter")
+            out = page.wait_for_selector(f"text=/N=(?!4096 )\\d+ total={shown_after}\\b/", timeout=30_000)
+            n_after = int(re.search(r"N=(\d+)", out.inner_text()).group(1))
+            assert n_after > 4096  # the kernel saw the slider move, and computed what the page shows
+        finally:
+            browser.close()
