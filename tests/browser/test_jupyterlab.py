@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_book_pages import CHROMIUM, LAUNCH_ARGS, _require_browser
+from test_book_pages import CHROMIUM, LAUNCH_ARGS, SHOTS, _require_browser
 
 CELLS = [
     "from attn_core.widgets import MemoryLedgerWidget\nw = MemoryLedgerWidget()\nw",
@@ -64,10 +64,17 @@ def lab(tmp_path_factory):
         proc.wait(timeout=20)
 
 
+def _accept_kernel_dialog(page):
+    """A fresh JupyterLab may ask which kernel to start: take the proposed one (this venv's python3)."""
+    try:
+        page.locator(".jp-Dialog .jp-mod-accept").click(timeout=10_000)
+    except Exception:  # no dialog: the notebook's kernelspec was started directly
+        pass
+
+
 def _run_all(page):
-    page.keyboard.press("Control+Shift+c")  # command palette
-    page.keyboard.type("Run All Cells")
-    page.keyboard.press("Enter")
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
 def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
@@ -78,8 +85,9 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(lab) else r.abort())
         try:
-            page.goto(f"{lab}/lab/tree/widget.ipynb")
+            page.goto(f"{lab}/lab/tree/widget.ipynb?reset")  # ?reset: no saved workspace layout
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _accept_kernel_dialog(page)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
             _run_all(page)
             total = page.wait_for_selector(".jp-OutputArea [data-key='total_bytes']", timeout=90_000)
@@ -100,5 +108,9 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
             out = page.wait_for_selector(f"text=/N=(?!4096 )\\d+ total={shown_after}\\b/", timeout=30_000)
             n_after = int(re.search(r"N=(\d+)", out.inner_text()).group(1))
             assert n_after > 4096  # the kernel saw the slider move, and computed what the page shows
+        except Exception:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "jupyterlab-failure.png"))  # what the test saw
+            raise
         finally:
             browser.close()
