@@ -456,6 +456,11 @@ class _LedgerWidget(anywidget.AnyWidget):
     def _values_at(self, **overrides) -> dict:
         return compute_values(self._kind, {**self.state(), **overrides}, self.spec)
 
+    def _sweep(self, n_range: tuple[int, int]) -> tuple[list[float], list[dict]]:
+        """The figures' x axis: N on a log grid over n_range, and the widget's values at each N."""
+        ns = _log_grid(*n_range)
+        return ns, [self._values_at(N=round(n)) for n in ns]
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.state().items())
         return f"{type(self).__name__}({args})"
@@ -535,9 +540,9 @@ class MemoryLedgerWidget(_LedgerWidget):
         ax1.set_title(f"one layer at N = {fmt_tokens(self.N)}: {fmt_bytes(v['total_bytes'])} vs "
                       f"{fmt_bytes(v['fused_bytes'])}", fontsize=10)
         ax1.legend(fontsize=7, frameon=False, loc="upper right")
-        ns = _log_grid(*n_range)
-        eager = [self._values_at(N=round(n))["total_bytes"] for n in ns]
-        fused = [self._values_at(N=round(n))["fused_bytes"] for n in ns]
+        ns, pts = self._sweep(n_range)
+        eager = [p["total_bytes"] for p in pts]
+        fused = [p["fused_bytes"] for p in pts]
         ax2.loglog(ns, eager, color="#d1495b", label="eager (S, P, dropout kept)")
         ax2.loglog(ns, fused, color="#2e86ab", label="fused (FlashAttention)")
         _mark(ax2, v["n_star"], f"N* = {v['n_star']:g}", "#6c757d")
@@ -610,8 +615,7 @@ class FlopsWidget(_LedgerWidget):
         import matplotlib.pyplot as plt
 
         v = self.values
-        ns = _log_grid(*n_range)
-        pts = [self._values_at(N=round(n)) for n in ns]
+        ns, pts = self._sweep(n_range)
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
         ax1.loglog(ns, [p["linear_flops"] for p in pts], color="#2e86ab",
                    label=f"linear: projections + {self.ffn} FFN")
@@ -811,8 +815,7 @@ class Explorer(_LedgerWidget):
         import matplotlib.pyplot as plt
 
         v = self.values
-        ns = _log_grid(*n_range)
-        pts = [self._values_at(N=round(n)) for n in ns]
+        ns, pts = self._sweep(n_range)
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
         ax1.loglog(ns, [p["act_eager"] for p in pts], color="#d1495b",
                    label=f"activations x {self.L} layers, eager")
