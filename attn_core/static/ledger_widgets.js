@@ -95,26 +95,19 @@ function computeValues(spec, kind, state) {
 const BIN = [["PiB", 2 ** 50], ["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
 const DEC = [["PFLOPs", 1e15], ["TFLOPs", 1e12], ["GFLOPs", 1e9], ["MFLOPs", 1e6]];
 
-function fmtBytes(x, short = false) {
+// x in the largest unit of `table` it reaches, two decimals (`short`: "4 GiB", not "4.00 GiB")
+function fmtUnits(x, table, base, short) {
   if (x === null || x === undefined) return "n/a";
-  for (const [unit, s] of BIN) {
+  for (const [unit, s] of table) {
     if (x >= s) {
       const v = (x / s).toFixed(2);
       return `${short ? v.replace(/\.00$/, "") : v} ${unit}`;
     }
   }
-  return `${Math.round(x)} B`;
+  return `${Math.round(x)} ${base}`;
 }
-function fmtFlops(x, short = false) {
-  if (x === null || x === undefined) return "n/a";
-  for (const [unit, s] of DEC) {
-    if (x >= s) {
-      const v = (x / s).toFixed(2);
-      return `${short ? v.replace(/\.00$/, "") : v} ${unit}`;
-    }
-  }
-  return `${Math.round(x)} FLOPs`;
-}
+const fmtBytes = (x, short = false) => fmtUnits(x, BIN, "B", short);
+const fmtFlops = (x, short = false) => fmtUnits(x, DEC, "FLOPs", short);
 function fmtTokens(n) {
   n = Math.round(n);
   if (n >= 1048576 && n % 1048576 === 0) return `${n / 1048576}M`;
