@@ -549,7 +549,6 @@ class MemoryLedgerWidget(_LedgerWidget):
         _mark(ax2, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True)
         _tokens_axis(ax2)
         _bytes_axis(ax2)
-        ax2.set_xlabel("sequence length N (tokens, log scale)")
         ax2.set_ylabel("activation memory, one layer (bytes, log scale)")
         ax2.set_title(f"d = {self.d}, H = {self.H}, {self.dtype}, B = {self.B}", fontsize=10)
         ax2.legend(fontsize=8, frameon=False)
@@ -624,7 +623,6 @@ class FlopsWidget(_LedgerWidget):
         _mark(ax1, v["n_star"], f"N* = {v['n_star']:,.0f}", "#d1495b")
         _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True)
         _tokens_axis(ax1)
-        ax1.set_xlabel("sequence length N (tokens, log scale)")
         ax1.set_ylabel("forward FLOPs, one layer (log scale)")
         ax1.set_title(f"d = {self.d}: {fmt_flops(v['linear_flops'])} linear, "
                       f"{fmt_flops(v['quadratic_flops'])} quadratic at N = {fmt_tokens(self.N)}",
@@ -637,11 +635,7 @@ class FlopsWidget(_LedgerWidget):
                      linestyle="--", label="attention block alone")
         _mark(ax2, v["n_star"], f"N* = {v['n_star']:,.0f}", "#d1495b")
         _mark(ax2, v["n_star_attention"], f"N* = {v['n_star_attention']:,.0f}", "#f4a259", y=0.12)
-        ax2.axhline(50, color="grey", linewidth=0.8, linestyle=":")
-        _tokens_axis(ax2)
-        ax2.set_ylim(0, 100)
-        ax2.set_xlabel("sequence length N (tokens, log scale)")
-        ax2.set_ylabel("quadratic share of forward FLOPs (%)")
+        _share_axis(ax2)
         ax2.set_title(f"ffn = {self.ffn}, causal = {self.causal}, H = {self.H} (D = {v['d_head']:g})",
                       fontsize=10)
         ax2.legend(fontsize=8, frameon=False, loc="upper left")
@@ -828,7 +822,6 @@ class Explorer(_LedgerWidget):
         _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True, y=0.12)
         _tokens_axis(ax1)
         _bytes_axis(ax1)
-        ax1.set_xlabel("sequence length N (tokens, log scale)")
         ax1.set_ylabel("bytes per sequence (log scale)")
         ax1.set_title(f"{self.model}: memory ({self.dtype})", fontsize=10)
         ax1.legend(fontsize=7, frameon=False, loc="upper left")
@@ -837,11 +830,7 @@ class Explorer(_LedgerWidget):
                      label="quadratic share of layer FLOPs")
         _mark(ax2, v["n_star_flops"], f"N* = {v['n_star_flops']:,.0f}", "#d1495b")
         _mark(ax2, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True, y=0.12)
-        ax2.axhline(50, color="grey", linewidth=0.8, linestyle=":")
-        _tokens_axis(ax2)
-        ax2.set_ylim(0, 100)
-        ax2.set_xlabel("sequence length N (tokens, log scale)")
-        ax2.set_ylabel("quadratic share of forward FLOPs (%)")
+        _share_axis(ax2)
         ax2.set_title(f"{self.model}: FLOPs ({self.ffn} FFN, F = {self.F}"
                       + (", causal)" if self.causal else ")"), fontsize=10)
         ax2.legend(fontsize=8, frameon=False, loc="upper left")
@@ -890,13 +879,22 @@ def _bytes_axis(ax) -> None:
 
 
 def _tokens_axis(ax) -> None:
-    """Log base-2 N axis labelled 256, 1K, 4K, ... (every factor of 4)."""
+    """Log base-2 N axis labelled 256, 1K, 4K, ... (every factor of 4), with its title."""
     import matplotlib.ticker as mticker
 
+    ax.set_xlabel("sequence length N (tokens, log scale)")
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(mticker.LogLocator(base=4, numticks=12))
     ax.xaxis.set_minor_locator(mticker.NullLocator())
     ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda x, _: fmt_tokens(x)))
+
+
+def _share_axis(ax) -> None:
+    """Axes of a quadratic-share panel: N on a log axis, 0..100 %, the 50 % line where N* sits."""
+    ax.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    _tokens_axis(ax)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("quadratic share of forward FLOPs (%)")
 
 
 def _mark(ax, x, label, color, dotted=False, y=0.92) -> None:

@@ -239,6 +239,11 @@ function logGrid(lo, hi, n = 97) {
   return Array.from({ length: n }, (_, i) => 2 ** (a + ((b - a) * i) / (n - 1)));
 }
 
+// the figures' x axis: N on a log grid from lo to hi, with the widget's values at each N
+function sweep(spec, kind, state, lo, hi) {
+  return logGrid(lo, hi).map((n) => [n, computeValues(spec, kind, { ...state, N: Math.round(n) })]);
+}
+
 function logRange(ys) {
   const pos = ys.filter((y) => y !== null && y > 0);
   return [Math.min(...pos) / 1.5, Math.max(...pos) * 1.5];
@@ -434,8 +439,7 @@ function memoryView(model, root, spec) {
         { label: "fused", parts: recipe.items.filter((it) => it[3] === "linear").map(([name, , label]) => ({ label, color: COLORS[name], value: v[`item.${name}`] })) },
       ];
       const legend = recipe.items.map(([name, , label]) => ({ label: label.replace(/ \[.*\]$/, ""), color: COLORS[name] }));
-      const ns = logGrid(64, 131072);
-      const pts = ns.map((n) => [n, computeValues(spec, "memory", { ...state, N: Math.round(n) })]);
+      const pts = sweep(spec, "memory", state, 64, 131072);
       const eager = pts.map(([n, p]) => [n, p.total_bytes]);
       const fused = pts.map(([n, p]) => [n, p.fused_bytes]);
       const [ymin, ymax] = logRange([...eager, ...fused].map((p) => p[1]));
@@ -487,8 +491,7 @@ function flopsView(model, root, spec) {
       causal.input.checked = !!state.causal;
       const v = computeValues(spec, "flops", state);
       ro.update(v);
-      const ns = logGrid(256, 1048576);
-      const pts = ns.map((n) => [n, computeValues(spec, "flops", { ...state, N: Math.round(n) })]);
+      const pts = sweep(spec, "flops", state, 256, 1048576);
       const lin = pts.map(([n, p]) => [n, p.linear_flops]);
       const quad = pts.map(([n, p]) => [n, p.quadratic_flops]);
       const [ymin, ymax] = logRange([...lin, ...quad].map((p) => p[1]));
@@ -638,8 +641,7 @@ function explorerView(model, root, spec) {
         + (src ? ` (${src})` : "");
       const v = computeValues(spec, "explorer", state);
       ro.update(v);
-      const ns = logGrid(256, 1048576);
-      const pts = ns.map((n) => [n, computeValues(spec, "explorer", { ...state, N: Math.round(n) })]);
+      const pts = sweep(spec, "explorer", state, 256, 1048576);
       const series = [
         { label: `activations x ${state.L} layers, eager`, color: COLORS.eager, pts: pts.map(([n, p]) => [n, p.act_eager]) },
         { label: `activations x ${state.L} layers, fused`, color: COLORS.fused, pts: pts.map(([n, p]) => [n, p.act_fused]) },
