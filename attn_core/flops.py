@@ -33,10 +33,8 @@ __all__ = [
     "FLOPS_TERMS",
 ]
 
-_FFN_MATRICES = {"mlp": 2, "swiglu": 3}
-
 #: matrices in the FFN of each kind (the ``m_ffn`` switch of :data:`FLOPS_TERMS`)
-FFN_MATRICES: dict[str, int] = dict(_FFN_MATRICES)
+FFN_MATRICES: dict[str, int] = {"mlp": 2, "swiglu": 3}
 
 #: share of the N x N work a kernel does (the ``c_causal`` switch): causal skips half
 CAUSAL_FACTOR: dict[bool, Fraction] = {False: Fraction(1), True: Fraction(1, 2)}
@@ -56,11 +54,11 @@ FLOPS_TERMS: dict[str, tuple[tuple[int, dict[str, int]], ...]] = {
 
 def ffn_flops_coefficient(ffn: str = "mlp", ffn_mult: float = 4) -> Fraction:
     """FFN FLOPs per N d^2: 2 * matrices * ffn_mult (16 for the 4d MLP)."""
-    if ffn not in _FFN_MATRICES:
-        raise ValueError(f"ffn must be one of {sorted(_FFN_MATRICES)}, got {ffn!r}")
+    if ffn not in FFN_MATRICES:
+        raise ValueError(f"ffn must be one of {sorted(FFN_MATRICES)}, got {ffn!r}")
     if not ffn_mult > 0:
         raise ValueError(f"ffn_mult must be positive, got {ffn_mult!r}")
-    return 2 * _FFN_MATRICES[ffn] * Fraction(ffn_mult).limit_denominator(1000)
+    return 2 * FFN_MATRICES[ffn] * Fraction(ffn_mult).limit_denominator(1000)
 
 
 def layer_flops(N: int, d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_mult: float = 4,
@@ -75,9 +73,7 @@ def layer_flops(N: int, d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_
     linear = 8 * N * d * d
     if with_ffn:
         linear += int(ffn_flops_coefficient(ffn, ffn_mult) * N * d * d)
-    quadratic = 4 * N * N * d
-    if causal:
-        quadratic //= 2
+    quadratic = int(4 * N * N * d * CAUSAL_FACTOR[bool(causal)])
     return linear, quadratic
 
 
@@ -92,6 +88,6 @@ def flops_crossover(d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_mult
     linear_coeff = Fraction(8)
     if with_ffn:
         linear_coeff += ffn_flops_coefficient(ffn, ffn_mult)
-    quad_coeff = Fraction(2 if causal else 4)
+    quad_coeff = 4 * CAUSAL_FACTOR[bool(causal)]
     n_star = linear_coeff * d / quad_coeff
     return float(n_star)

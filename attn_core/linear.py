@@ -97,12 +97,10 @@ def segment_sum(x: torch.Tensor) -> torch.Tensor:
     very negative logs (Mamba-2's ``segsum``).
     """
     t = x.shape[-1]
-    xx = x[..., None].expand(*x.shape, t)  # (..., T, T): xx[..., i, j] = x[i]
-    below = torch.ones(t, t, dtype=torch.bool, device=x.device).tril(-1)
-    xx = xx.masked_fill(~below, 0.0)  # keep x[i] only where i > j
-    out = torch.cumsum(xx, dim=-2)  # out[..., t, s] = sum_{s < i <= t} x[i]
-    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-    return out.masked_fill(~causal, float("-inf"))
+    ones = torch.ones(t, t, dtype=torch.bool, device=x.device)
+    xx = torch.where(ones.tril(-1), x[..., :, None], 0.0)  # (..., T, T): xx[i, j] = x[i] if i > j, else 0
+    # out[..., t, s] = sum_{s < i <= t} x[i]; the new tensor xx is summed and masked in place
+    return xx.cumsum_(-2).masked_fill_(~ones.tril(), float("-inf"))
 
 
 def _pad_to_chunks(x: torch.Tensor, chunk: int, dim: int, value: float = 0.0) -> torch.Tensor:
@@ -116,16 +114,8 @@ def _pad_to_chunks(x: torch.Tensor, chunk: int, dim: int, value: float = 0.0) ->
 
 
 def _decay_matrix(x: torch.Tensor) -> torch.Tensor:
-    """exp(segment_sum(x)), the same values bit for bit, with fewer passes over memory.
-
-    x: (..., C) -> (..., C, C), out[..., t, s] = exp(x[s+1] + ... + x[t]) for s <= t, 0 above.
-    The same cumulative sums as :func:`segment_sum`, done in place, and the mask and the
-    exponential applied in place too.
-    """
-    c = x.shape[-1]
-    ones = torch.ones(c, c, dtype=torch.bool, device=x.device)
-    xx = torch.where(ones.tril(-1), x[..., :, None], 0.0)  # (..., C, C): xx[i, j] = x[i] if i > j, else 0
-    return xx.cumsum_(-2).masked_fill_(~ones.tril(), float("-inf")).exp_()  # (..., C, C)
+    """exp(segment_sum(x)), the exponential taken in place: (..., C) -> (..., C, C), 0 above the diagonal."""
+    return segment_sum(x).exp_()
 
 
 def _to_chunks(x: torch.Tensor, lead: torch.Size, c: int) -> torch.Tensor:
