@@ -147,6 +147,13 @@ def _shown_values(handle) -> dict[str, float]:
     )
 
 
+def _nudge(page, slider) -> None:
+    """Move a slider one step with the keyboard, as a reader would: right, or left if it is at its max."""
+    slider.focus()
+    at_max = slider.evaluate("s => Number(s.value) >= Number(s.max)")
+    page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+
+
 def _assert_matches_python(handle, page) -> dict[str, float]:
     model_id = handle.get_attribute("data-model-id")
     state = page.evaluate("id => window.staticWidgetModels[id]._state", model_id)
@@ -174,10 +181,7 @@ def test_sliders_live_and_equal_python(page, browser, server):
             _assert_matches_python(handle, w.page)
             for slider in handle.query_selector_all("input[type=range]"):
                 before = _shown_values(handle)
-                slider.focus()
-                at_max = slider.evaluate("s => Number(s.value) >= Number(s.max)")
-                key = "ArrowLeft" if at_max else "ArrowRight"
-                w.page.keyboard.press(key)
+                _nudge(w.page, slider)
                 after = _assert_matches_python(handle, w.page)
                 assert after != before, f"moving slider {slider.get_attribute('name')} changed nothing"
                 moved += 1
@@ -228,9 +232,7 @@ def test_widget_page_opened_from_disk(page, browser):
         handle = w.page.wait_for_selector(".static-anywidget[data-rendered=true]", timeout=15_000)
         before = _shown_values(handle)
         slider = handle.query_selector("input[type=range]")
-        slider.focus()
-        at_max = slider.evaluate("s => Number(s.value) >= Number(s.max)")
-        w.page.keyboard.press("ArrowLeft" if at_max else "ArrowRight")
+        _nudge(w.page, slider)
         assert _assert_matches_python(handle, w.page) != before
         assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
     finally:
