@@ -18,10 +18,11 @@ export OMP_NUM_THREADS ?= 2
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+# constraints.txt pins every other package (the book's look included) to the versions checked here
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c "import torch" 2>/dev/null || $(PIP) install -q "$(TORCH_INSTALL)"
-	$(PIP) install -q -r requirements-dev.txt -e .
+	$(PIP) install -q -c constraints.txt -r requirements-dev.txt -e .
 	@touch $@
 
 book: $(STAMP)
