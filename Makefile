@@ -14,7 +14,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: install book test lint unit nbval book-strict browser notebooks lab bench clean
+.PHONY: install book test lint unit nbval book-strict browser notebooks formulas lab bench clean
 
 install: $(STAMP)
 
@@ -47,8 +47,13 @@ browser: $(STAMP)
 
 test: lint unit nbval book-strict browser
 
+# the widgets' formulas, printed by SymPy from attn_core/formulas.py into attn_core/_generated.py and
+# the generated block of attn_core/static/ledger_widgets.js (tests/test_formulas.py checks they are current)
+formulas: $(STAMP)
+	$(BIN)/python -m attn_core.formulas
+
 # re-execute every notebook in place (outputs and widget state written by nbclient)
-notebooks: $(STAMP)
+notebooks: formulas
 	$(BIN)/python book/_ext/sync_notebooks.py
 	$(BIN)/python -m jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \

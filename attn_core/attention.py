@@ -174,10 +174,10 @@ class RotaryPositionalEmbedding(nn.Module):
             )
         cos = self.cos[token_positions].to(x.dtype)  # (..., N, d_k/2)
         sin = self.sin[token_positions].to(x.dtype)
-        pairs = rearrange(x, "... n (p two) -> ... n p two", two=2)  # (..., N, d_k/2, 2)
+        pairs = rearrange(x, "... N (half two) -> ... N half two", two=2)  # (..., N, d_k/2, 2)
         x1, x2 = pairs[..., 0], pairs[..., 1]
         rotated = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-        return rearrange(rotated, "... n p two -> ... n (p two)")  # (..., N, d_k)
+        return rearrange(rotated, "... N half two -> ... N (half two)")  # (..., N, d_k)
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -218,9 +218,9 @@ class MultiHeadSelfAttention(nn.Module):
     def heads(self, x: torch.Tensor, token_positions=None):
         """Project and split: x (..., N, d) -> q, k, v each (..., H, N, D), RoPE applied."""
         h = self.num_heads
-        q = rearrange(self.q_proj(x), "... n (h dh) -> ... h n dh", h=h)  # (..., H, N, D)
-        k = rearrange(self.k_proj(x), "... n (h dh) -> ... h n dh", h=h)  # (..., H, N, D)
-        v = rearrange(self.v_proj(x), "... n (h dh) -> ... h n dh", h=h)  # (..., H, N, D)
+        q = rearrange(self.q_proj(x), "... N (H D) -> ... H N D", H=h)  # (..., H, N, D)
+        k = rearrange(self.k_proj(x), "... N (H D) -> ... H N D", H=h)  # (..., H, N, D)
+        v = rearrange(self.v_proj(x), "... N (H D) -> ... H N D", H=h)  # (..., H, N, D)
         if self.rope is not None:
             if token_positions is not None and token_positions.dim() > 1:
                 token_positions = token_positions.unsqueeze(-2)  # (..., 1, N): same for every head
@@ -233,7 +233,7 @@ class MultiHeadSelfAttention(nn.Module):
             raise ValueError(f"x must have last dim d_model = {self.d_model}, got {tuple(x.shape)}")
         q, k, v = self.heads(x, token_positions)
         out = scaled_dot_product_attention(q, k, v, causal_mask(x.shape[-2], x.device))
-        out = rearrange(out, "... h n dh -> ... n (h dh)")  # (..., N, d_model)
+        out = rearrange(out, "... H N D -> ... N (H D)")  # (..., N, d_model)
         return self.output_proj(out)
 
 
@@ -267,14 +267,15 @@ class GroupedQueryAttention(nn.Module):
         if x.shape[-1] != self.d_model:
             raise ValueError(f"x must have last dim d_model = {self.d_model}, got {tuple(x.shape)}")
         group = self.num_heads // self.num_kv_heads
-        q = rearrange(self.q_proj(x), "... n (h dh) -> ... h n dh", h=self.num_heads)  # (..., H, N, D)
-        k = rearrange(self.k_proj(x), "... n (g dh) -> ... g n dh", g=self.num_kv_heads)  # (..., H_kv, N, D)
-        v = rearrange(self.v_proj(x), "... n (g dh) -> ... g n dh", g=self.num_kv_heads)  # (..., H_kv, N, D)
+        q = rearrange(self.q_proj(x), "... N (H D) -> ... H N D", H=self.num_heads)  # (..., H, N, D)
+        kv_split = "... N (H_kv D) -> ... H_kv N D"
+        k = rearrange(self.k_proj(x), kv_split, H_kv=self.num_kv_heads)  # (..., H_kv, N, D)
+        v = rearrange(self.v_proj(x), kv_split, H_kv=self.num_kv_heads)  # (..., H_kv, N, D)
         # give each query head its group's K and V (a real kernel indexes, it does not copy)
-        k = repeat(k, "... g n dh -> ... (g r) n dh", r=group)  # (..., H, N, D)
-        v = repeat(v, "... g n dh -> ... (g r) n dh", r=group)  # (..., H, N, D)
+        k = repeat(k, "... H_kv N D -> ... (H_kv G) N D", G=group)  # (..., H, N, D)
+        v = repeat(v, "... H_kv N D -> ... (H_kv G) N D", G=group)  # (..., H, N, D)
         out = scaled_dot_product_attention(q, k, v, causal_mask(x.shape[-2], x.device))
-        return self.output_proj(rearrange(out, "... h n dh -> ... n (h dh)"))  # (..., N, d_model)
+        return self.output_proj(rearrange(out, "... H N D -> ... N (H D)"))  # (..., N, d_model)
 
 
 def mha_forward(
@@ -301,16 +302,16 @@ def mha_forward(
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p!r}")
     d_head = x.shape[-1] // num_heads
-    q = rearrange(x @ w_q, "b n (h dh) -> b h n dh", h=num_heads)  # (B, H, N, D)
-    k = rearrange(x @ w_k, "b n (h dh) -> b h n dh", h=num_heads)  # (B, H, N, D)
-    v = rearrange(x @ w_v, "b n (h dh) -> b h n dh", h=num_heads)  # (B, H, N, D)
+    q = rearrange(x @ w_q, "B N (H D) -> B H N D", H=num_heads)  # (B, H, N, D)
+    k = rearrange(x @ w_k, "B N (H D) -> B H N D", H=num_heads)  # (B, H, N, D)
+    v = rearrange(x @ w_v, "B N (H D) -> B H N D", H=num_heads)  # (B, H, N, D)
     s = (q @ k.transpose(-2, -1)) / math.sqrt(d_head)  # (B, H, N, N) scores
     if causal:
         s = s.masked_fill(~causal_mask(x.shape[-2], x.device), float("-inf"))
     p = torch.softmax(s, dim=-1)  # (B, H, N, N) weights
     if dropout_p > 0:
         p = F.dropout(p, dropout_p, training=training)
-    ctx = rearrange(p @ v, "b h n dh -> b n (h dh)")  # (B, N, d) context
+    ctx = rearrange(p @ v, "B H N D -> B N (H D)")  # (B, N, d) context
     return ctx @ w_o  # (B, N, d)
 
 

@@ -16,6 +16,16 @@ inside the attention block alone (no FFN) at N* = 2d.
 The assumptions are switches: ``ffn="swiglu"`` (three matrices of
 ``ffn_mult * d``), ``ffn_mult``, and ``causal=True`` (a kernel that skips the
 masked upper triangle does half the quadratic work).
+
+Real models share K and V between heads (GQA), use head dims other than d/H
+and low-rank projections (MLA): :func:`model_layer_flops` counts a
+:class:`~attn_core.kv_cache.ModelConfig` as it is built,
+
+    linear = 2 N (attention projection weights + FFN weights),
+    quadratic = 2 N^2 H (D_qk + D_v),
+
+so Llama 3 8B's crossover is 26,624 tokens, not the 29,696 of 24 N d^2.
+The same formulas are SymPy expressions in :mod:`attn_core.formulas`.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from . import _checks
+from .kv_cache import ModelConfig
 
 __all__ = [
     "layer_flops",
@@ -30,7 +41,8 @@ __all__ = [
     "ffn_flops_coefficient",
     "FFN_MATRICES",
     "CAUSAL_FACTOR",
-    "FLOPS_TERMS",
+    "model_layer_flops",
+    "model_flops_crossover",
 ]
 
 #: matrices in the FFN of each kind (the ``m_ffn`` switch of :data:`FLOPS_TERMS`)
@@ -38,19 +50,6 @@ FFN_MATRICES: dict[str, int] = {"mlp": 2, "swiglu": 3}
 
 #: share of the N x N work a kernel does (the ``c_causal`` switch): causal skips half
 CAUSAL_FACTOR: dict[bool, Fraction] = {False: Fraction(1), True: Fraction(1, 2)}
-
-# The same ledger as data, for the widgets and the HTML book (attn_core.widgets.formula_spec):
-# part -> terms, each (coefficient, {symbol: power}); FLOPs = sum of coeff * prod(sym ** power).
-# Symbols: N, d; m_ffn = FFN_MATRICES[ffn]; f_ffn = ffn_mult; w_ffn = 1 with the FFN, 0 without;
-# c_causal = CAUSAL_FACTOR[causal]. tests/test_widgets.py checks it equals layer_flops.
-FLOPS_TERMS: dict[str, tuple[tuple[int, dict[str, int]], ...]] = {
-    "linear": (
-        (8, {"N": 1, "d": 2}),  # Q, K, V, O projections
-        (2, {"N": 1, "d": 2, "m_ffn": 1, "f_ffn": 1, "w_ffn": 1}),  # FFN: m matrices d x f d
-    ),
-    "quadratic": ((4, {"N": 2, "d": 1, "c_causal": 1}),),  # Q K^T and P V
-}
-
 
 def ffn_flops_coefficient(ffn: str = "mlp", ffn_mult: float = 4) -> Fraction:
     """FFN FLOPs per N d^2: 2 * matrices * ffn_mult (16 for the 4d MLP)."""
@@ -91,3 +90,33 @@ def flops_crossover(d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_mult
     quad_coeff = 4 * CAUSAL_FACTOR[bool(causal)]
     n_star = linear_coeff * d / quad_coeff
     return float(n_star)
+
+
+def model_layer_flops(model: ModelConfig, N: int, *, causal: bool = False,
+                      with_ffn: bool = True) -> tuple[int, int]:
+    """Forward FLOPs of one layer of a real model, split into (linear, quadratic) in N.
+
+    linear = 2 N (``model.attention_params()`` + ``model.ffn_params()``): every projection as
+    built (GQA's d x H_kv D keys and values, MLA's low-rank factors, the FFN a token passes
+    through); quadratic = 2 N^2 H (D_qk + D_v) for Q K^T and P V, with D_qk the query/key
+    head dim (MLA: d_head + rope_dim), halved with ``causal=True``. Norms, the router of a
+    mixture of experts, softmax and the embeddings are not counted.
+    """
+    N = _checks.positive_int("N", N)
+    if not isinstance(model, ModelConfig):
+        raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
+    weights = model.attention_params() + (model.ffn_params() if with_ffn else 0)
+    linear = 2 * N * weights
+    d_qk = model.d_head + (model.rope_dim or 0)
+    quadratic = int(2 * N * N * model.num_heads * (d_qk + (model.d_v or model.d_head))
+                    * CAUSAL_FACTOR[bool(causal)])
+    return linear, quadratic
+
+
+def model_flops_crossover(model: ModelConfig, *, causal: bool = False, with_ffn: bool = True) -> float:
+    """N* where :func:`model_layer_flops`' quadratic term equals its linear one.
+
+    2 N W = 2 N^2 H (D_qk + D_v) c gives N* = W / (H (D_qk + D_v) c), W the layer's weights.
+    """
+    lin1, quad1 = model_layer_flops(model, 1, causal=False, with_ffn=with_ffn)
+    return float(Fraction(lin1, quad1) / CAUSAL_FACTOR[bool(causal)])

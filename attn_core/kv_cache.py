@@ -22,22 +22,7 @@ __all__ = [
     "kv_cache_bytes_per_token",
     "kv_cache_bytes",
     "linear_state_bytes",
-    "KV_CACHE_TERMS",
-    "LINEAR_STATE_TERMS",
 ]
-
-# The same formulas as data (coefficient, {symbol: power}), times bytes per value b, for the
-# widgets and the HTML book (attn_core.widgets.formula_spec); tests/test_widgets.py checks them.
-# N_kv: tokens kept (min(N, window)); R: MLA latent values per token and layer
-# (kv_lora_rank + rope_dim); s_std: 1 for per-head K and V (MHA/GQA/MQA), 0 for MLA.
-KV_CACHE_TERMS: tuple[tuple[int, dict[str, int]], ...] = (
-    (2, {"B": 1, "N_kv": 1, "L": 1, "H_kv": 1, "D": 1, "s_std": 1}),  # K and V of each KV head
-    (1, {"B": 1, "N_kv": 1, "L": 1, "R": 1}),  # MLA: one latent (R = 0 when not MLA)
-)
-LINEAR_STATE_TERMS: tuple[tuple[int, dict[str, int]], ...] = (
-    (1, {"B": 1, "L": 1, "H": 1, "D_k": 1, "D_v": 1}),
-)
-
 
 def kv_cache_bytes_per_token(
     num_layers: int, num_kv_heads: int, d_head: int, bytes_per_value: int = 2
@@ -96,11 +81,13 @@ class ModelConfig:
     """The attention shape of a model, from its published config.
 
     num_layers L, d_model d, num_heads H, num_kv_heads H_kv, d_head D,
-    ffn_dim (hidden width of the FFN), ffn ("mlp": two matrices, "swiglu":
-    three), window (sliding window, None = full attention). MLA models
-    (DeepSeek-V2) cache a latent of ``kv_lora_rank`` values plus a shared
-    RoPE key of ``rope_dim`` values per layer instead of per-head K and V;
-    their decompressed K has ``d_head`` (+ rope part) per head and V ``d_v``.
+    ffn_dim (hidden width of the FFN; for a mixture of experts, the width of
+    the experts active per token together), ffn ("mlp": two matrices,
+    "swiglu": three), window (sliding window, None = full attention). MLA
+    models (DeepSeek-V2) cache a latent of ``kv_lora_rank`` values plus a
+    shared RoPE key of ``rope_dim`` values per layer instead of per-head K and
+    V; their decompressed K has ``d_head`` + ``rope_dim`` per head and V
+    ``d_v``, and their queries pass through a rank-``q_lora_rank`` bottleneck.
     """
 
     name: str
@@ -115,6 +102,7 @@ class ModelConfig:
     kv_lora_rank: int | None = None
     rope_dim: int | None = None
     d_v: int | None = None
+    q_lora_rank: int | None = None
     source: str = ""
 
     @property
@@ -142,6 +130,27 @@ class ModelConfig:
         kept = min(seq_len, self.window) if (use_window and self.window) else seq_len
         return batch * kept * self.kv_bytes_per_token(bytes_per_value, decompressed)
 
+    def attention_params(self) -> int:
+        """Weights of one layer's attention projections (matrices only: no norms, biases).
+
+        Q d x H D, K d x H_kv D, V d x H_kv D_v, O H D_v x d; for MLA the queries go through
+        d x q_lora_rank and q_lora_rank x H (D + rope), the keys and values through one
+        latent: d x (kv_lora_rank + rope) down and kv_lora_rank x H (D + D_v) up.
+        """
+        d, H, D = self.d_model, self.num_heads, self.d_head
+        D_v = self.d_v or D
+        out = H * D_v * d  # output projection
+        if not self.is_mla:
+            return out + d * H * D + d * self.num_kv_heads * (D + D_v)
+        qk = D + self.rope_dim
+        q = d * H * qk if not self.q_lora_rank else d * self.q_lora_rank + self.q_lora_rank * H * qk
+        kv = d * (self.kv_lora_rank + self.rope_dim) + self.kv_lora_rank * H * (D + D_v)
+        return out + q + kv
+
+    def ffn_params(self) -> int:
+        """Weights of the FFN a token passes through in one layer: 2 or 3 matrices of d x ffn_dim."""
+        return {"mlp": 2, "swiglu": 3}[self.ffn] * self.d_model * self.ffn_dim
+
     def with_(self, **changes) -> ModelConfig:
         """A copy with some fields changed, e.g. ``with_(num_kv_heads=64)``."""
         return replace(self, **changes)
@@ -162,12 +171,15 @@ MODELS: dict[str, ModelConfig] = {
                     source=_HF.format("meta-llama/Meta-Llama-3-70B")),
         ModelConfig("Mistral 7B", 32, 4096, 32, 8, 128, 14336, window=4096,
                     source=_HF.format("mistralai/Mistral-7B-v0.1")),
+        # 59 of its 60 layers are mixtures of experts: 2 shared + 6 routed experts of 1536
+        # per token are 12288 wide together, as wide as its one dense FFN (layer 0)
         ModelConfig("DeepSeek-V2", 60, 5120, 128, 128, 128, 12288,
-                    kv_lora_rank=512, rope_dim=64, d_v=128,
+                    kv_lora_rank=512, rope_dim=64, d_v=128, q_lora_rank=1536,
                     source=_HF.format("deepseek-ai/DeepSeek-V2")),
         ModelConfig("GPT-2 small", 12, 768, 12, 12, 64, 3072, ffn="mlp",
                     source=_HF.format("openai-community/gpt2")),
-        ModelConfig("Seed 3.6B (d=3072, H=24)", 32, 3072, 24, 24, 128, 12288, ffn="mlp",
-                    source="seed 003: the worked example of the memory ledger"),
+        ModelConfig("3.6B worked example (d=3072, H=24)", 32, 3072, 24, 24, 128, 12288, ffn="mlp",
+                    source="the worked example of the memory ledger (chapter 5): a GPT-style "
+                           "model with d = 3072, H = 24, L = 32 and a 4d MLP"),
     ]
 }

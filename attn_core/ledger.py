@@ -1,22 +1,24 @@
 """The training-side memory ledger of one multi-head attention layer.
 
-A deliberately explicit teaching model (seed 003, section 3.4): count the
-tensors an eager attention layer keeps for backward, in bytes.
+A deliberately explicit model (the 3.6B worked example of chapter 5): count the tensors an
+eager attention layer keeps for backward, in bytes. Two versions, chosen by ``saved``:
 
-* linear in N: X, Q, K, V, the context ctx = P V and the output O,
-  six (B, N, d) tensors;
-* quadratic in N: the scores S, the softmax weights P and a floating-point
-  dropout multiplier, three (B, H, N, N) tensors.
+* ``"teaching"``: six (B, N, d) tensors linear in N (X, Q, K, V, the context ctx = P V and
+  the output O) and three (B, H, N, N) tensors quadratic in N (the scores S, the softmax
+  weights P and a floating-point dropout multiplier):
 
-    one layer ~ 6 B N d b + 3 B H N^2 b bytes
+      one layer ~ 6 B N d b + 3 B H N^2 b bytes, equal at N* = 2d / H (256 for d = 3072, H = 24);
 
-The two terms are equal at N* = 2d / H (256 for d = 3072, H = 24). What a
-real eager layer saves is measured against this in chapter 5 and in
-``tests/test_ledger.py`` with :func:`attn_core.measure.saved_tensor_bytes`.
+* ``"autograd"``: what autograd really saves for :func:`attn_core.attention.mha_forward`,
+  measured with :func:`attn_core.measure.saved_tensor_bytes` in ``tests/test_ledger.py``:
+  no S (softmax's backward needs only its output P), no O (the next layer saves it as its X),
+  the dropout mask in ``mask_bytes`` per element, P after dropout (saved by the P V matmul,
+  which without dropout saves P itself), and the dense (N, N) bool causal mask that
+  ``masked_fill`` keeps when ``causal=True``. Without dropout one N x N tensor is left and
+  the crossover moves to 5d / H.
 
-The ledger is also exported as data (:data:`LEDGER_TERMS`): each item is a
-coefficient times powers of B, N, d, H, times bytes per value, so the HTML
-book can evaluate the same formula in the browser.
+The same items are SymPy expressions in :mod:`attn_core.formulas` (the widgets evaluate
+those); ``tests/test_formulas.py`` checks the two agree.
 """
 
 from __future__ import annotations
@@ -25,51 +27,32 @@ from . import _checks
 
 __all__ = [
     "DTYPE_BYTES",
-    "LEDGER_TERMS",
-    "FUSED_TERMS",
-    "DROPOUT_ITEMS",
     "ITEM_SHAPES",
+    "SAVED_MODELS",
     "activation_ledger",
     "fused_activation_bytes",
     "memory_crossover",
     "dtype_bytes",
-    "evaluate_term",
 ]
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
-# item -> (coefficient, {symbol: power}); bytes = coeff * prod(sym ** power) * b
-LEDGER_TERMS: dict[str, tuple[int, dict[str, int]]] = {
-    "X": (1, {"B": 1, "N": 1, "d": 1}),
-    "Q": (1, {"B": 1, "N": 1, "d": 1}),
-    "K": (1, {"B": 1, "N": 1, "d": 1}),
-    "V": (1, {"B": 1, "N": 1, "d": 1}),
-    "S": (1, {"B": 1, "H": 1, "N": 2}),
-    "P": (1, {"B": 1, "H": 1, "N": 2}),
-    "dropout": (1, {"B": 1, "H": 1, "N": 2}),
-    "ctx": (1, {"B": 1, "N": 1, "d": 1}),
-    "O": (1, {"B": 1, "N": 1, "d": 1}),
-}
-
-# the fused (FlashAttention) side as data, same convention: fused_activation_bytes
-FUSED_TERMS: dict[str, tuple[int, dict[str, int]]] = {
-    "fused": (6, {"B": 1, "N": 1, "d": 1}),
-}
-
-#: items that ``dropout=False`` sets to 0
-DROPOUT_ITEMS: tuple[str, ...] = ("dropout",)
-
 ITEM_SHAPES: dict[str, str] = {
     "X": "input X [B, N, d]",
-    "Q": "queries Q [B, N, d]",
-    "K": "keys K [B, N, d]",
-    "V": "values V [B, N, d]",
+    "Q": "queries Q [B, N, H D]",
+    "K": "keys K [B, N, H_kv D]",
+    "V": "values V [B, N, H_kv D_v]",
     "S": "scores S [B, H, N, N]",
     "P": "softmax weights P [B, H, N, N]",
-    "dropout": "dropout multiplier [B, H, N, N]",
-    "ctx": "context P V [B, N, d]",
+    "dropout": "dropout mask [B, H, N, N]",
+    "P_drop": "P after dropout [B, H, N, N]",
+    "ctx": "context P V [B, N, H D_v]",
+    "mask": "causal mask [N, N], bool",
     "O": "output O [B, N, d]",
 }
+
+#: the two versions of the ledger (``saved=``)
+SAVED_MODELS: tuple[str, ...] = ("teaching", "autograd")
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -79,49 +62,84 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
-def evaluate_term(term: tuple[int, dict[str, int]], values: dict[str, int], b: int) -> int:
-    """coefficient * prod(values[s] ** p) * b for one :data:`LEDGER_TERMS` entry."""
-    coeff, powers = term
-    out = coeff * b
-    for sym, p in powers.items():
-        out *= values[sym] ** p
-    return out
-
-
 def activation_ledger(B: int, N: int, d_model: int, H: int, dtype: str = "bf16",
-                      dropout: bool = True) -> dict[str, int]:
-    """Bytes of each tensor one eager MHA layer keeps, by item name.
+                      dropout: bool = True, *, saved: str = "teaching", mask_bytes: int | None = None,
+                      causal: bool = False, num_kv_heads: int | None = None, d_head: int | None = None,
+                      d_v: int | None = None) -> dict[str, int]:
+    """Bytes of each tensor one eager attention layer keeps for backward, by item name.
 
-    Items (in this order): X, Q, K, V, S, P, dropout, ctx, O; see
-    :data:`ITEM_SHAPES`. With ``dropout=False`` the dropout item is 0.
+    ``saved="teaching"`` (default): items X, Q, K, V, S, P, dropout, ctx, O (see
+    :data:`ITEM_SHAPES`); with ``dropout=False`` the dropout item is 0.
+    ``saved="autograd"``: items X, Q, K, V, P, dropout (the mask, ``mask_bytes`` per element:
+    None = the dtype's bytes, as PyTorch's CPU dropout saves a multiplier; 1 = a bool mask, as
+    a fused CUDA dropout keeps), P_drop (P after dropout; 0 without dropout), ctx, mask (the
+    (N, N) bool causal mask, N^2 bytes, when ``causal``) and O (0: not saved by its own layer).
+
+    Heads: Q and ctx are (B, N, H D), K (B, N, H_kv D) and V (B, N, H_kv D_v), with
+    ``d_head`` D (default d/H), ``num_kv_heads`` H_kv (default H), ``d_v`` (default D).
     Weights, gradients, optimizer state, the FFN and workspace are not counted.
     """
-    values = {
-        "B": _checks.positive_int("B", B),
-        "N": _checks.positive_int("N", N),
-        "d": _checks.positive_int("d_model", d_model),
-        "H": _checks.positive_int("H", H),
-    }
-    _checks.divisible("d_model", d_model, "H", H)
+    B = _checks.positive_int("B", B)
+    N = _checks.positive_int("N", N)
+    d = _checks.positive_int("d_model", d_model)
+    H = _checks.positive_int("H", H)
+    if d_head is None:
+        _checks.divisible("d_model", d_model, "H", H)
+        D = d // H
+    else:
+        D = _checks.positive_int("d_head", d_head)
+    H_kv = H if num_kv_heads is None else _checks.positive_int("num_kv_heads", num_kv_heads)
+    _checks.divisible("H", H, "num_kv_heads", H_kv)
+    D_v = D if d_v is None else _checks.positive_int("d_v", d_v)
+    if saved not in SAVED_MODELS:
+        raise ValueError(f"saved must be one of {list(SAVED_MODELS)}, got {saved!r}")
     b = dtype_bytes(dtype)
-    items = {name: evaluate_term(term, values, b) for name, term in LEDGER_TERMS.items()}
-    if not dropout:
-        items["dropout"] = 0
-    return items
+    m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
+    nn = B * H * N * N  # values in one (B, H, N, N) tensor
+    autograd = saved == "autograd"
+    drop = bool(dropout)
+    return {
+        "X": B * N * d * b,
+        "Q": B * N * H * D * b,
+        "K": B * N * H_kv * D * b,
+        "V": B * N * H_kv * D_v * b,
+        **({} if autograd else {"S": nn * b}),
+        "P": nn * b,
+        "dropout": nn * (m if autograd else b) if drop else 0,
+        **({"P_drop": nn * b if drop else 0} if autograd else {}),
+        "ctx": B * N * H * D_v * b,
+        **({"mask": N * N if causal else 0} if autograd else {}),
+        "O": 0 if autograd else B * N * d * b,
+    }
 
 
 def fused_activation_bytes(B: int, N: int, d_model: int, dtype: str = "bf16") -> int:
     """The fused (FlashAttention) side of the teaching model: six (B, N, d) tensors.
 
-    A fused kernel never stores the N x N matrices; it keeps the same linear
-    tensors plus a per-row logsumexp (B H N values), ignored here as in seed 003.
+    A fused kernel never stores the N x N matrices; it keeps the same linear tensors plus a
+    per-row logsumexp (B H N values), which the teaching model leaves out.
     """
     return 6 * _checks.positive_int("B", B) * _checks.positive_int("N", N) \
         * _checks.positive_int("d_model", d_model) * dtype_bytes(dtype)
 
 
-def memory_crossover(d_model: int, H: int) -> float:
-    """N* where 3 B H N^2 b = 6 B N d b, i.e. N* = 2 d / H (256 for d=3072, H=24)."""
+def memory_crossover(d_model: int, H: int, *, saved: str = "teaching", dropout: bool = True,
+                     dtype: str = "bf16", mask_bytes: int | None = None) -> float:
+    """N* where the quadratic items of :func:`activation_ledger` equal the linear ones (MHA, D = d/H).
+
+    Teaching ledger: 3 B H N^2 b = 6 B N d b gives N* = 2d/H (256 for d = 3072, H = 24), and
+    3d/H without dropout (S and P only). As autograd saves it: five linear tensors (no O)
+    against P alone without dropout, N* = 5d/H; with dropout P, the mask (m bytes) and P after
+    dropout, N* = 5 d b / ((2 b + m) H). The causal mask is left out (it does not scale with B).
+    """
     d_model = _checks.positive_int("d_model", d_model)
     H = _checks.positive_int("H", H)
-    return 2 * d_model / H
+    if saved not in SAVED_MODELS:
+        raise ValueError(f"saved must be one of {list(SAVED_MODELS)}, got {saved!r}")
+    b = dtype_bytes(dtype)
+    m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
+    if saved == "teaching":
+        linear, quadratic = 6 * b, (3 if dropout else 2) * b
+    else:
+        linear, quadratic = 5 * b, (2 * b + m) if dropout else b
+    return linear * d_model / (quadratic * H)

@@ -3,8 +3,8 @@
 Drop the softmax and the product becomes associative, (Q K^T) V = Q (K^T V),
 and causal attention becomes a recurrence on a fixed-size state:
 
-    S_t = gamma_t * S_{t-1} + k_t v_t^T      (state: D_k x D_v)
-    y_t = S_t^T q_t
+    M_t = gamma_t * M_{t-1} + k_t v_t^T      (state: D_k x D_v)
+    y_t = M_t^T q_t
 
 gamma_t = 1 is plain linear attention; a constant gamma < 1 is RetNet's
 decay; a gamma_t computed from the token is the data-dependent gate of
@@ -126,11 +126,11 @@ def _to_chunks(x: torch.Tensor, lead: torch.Size, c: int) -> torch.Tensor:
 
 
 def _chunk_states(log_a: torch.Tensor, u: torch.Tensor, block: int = SCAN_BLOCK) -> torch.Tensor:
-    """The state entering each chunk: the recurrence S_c = a_c S_{c-1} + U_c, S_{-1} = 0, solved at once.
+    """The state entering each chunk: the recurrence M_c = a_c M_{c-1} + U_c, M_{-1} = 0, solved at once.
 
     log_a: (..., T) log of each chunk's total decay (0 for plain linear attention);
     u: (..., T, D_k, D_v) each chunk's contribution -> (..., T, D_k, D_v) with
-        out[c] = S_{c-1} = sum_{c' < c} exp(log_a[c'+1] + ... + log_a[c-1]) U_{c'}.
+        out[c] = M_{c-1} = sum_{c' < c} exp(log_a[c'+1] + ... + log_a[c-1]) U_{c'}.
     For T <= block this is one product with a (T, T) lower-triangular weight matrix (Mamba-2's
     SSD). For longer T the same is done inside blocks of ``block`` chunks, and the states
     between blocks come from the same function one level up, so the work stays linear in T.
@@ -165,9 +165,9 @@ def causal_linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.
 
 
 def causal_linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Recurrent form: S_t = S_{t-1} + k_t v_t^T, y_t = S_t^T q_t.
+    """Recurrent form: M_t = M_{t-1} + k_t v_t^T, y_t = M_t^T q_t.
 
-    q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v). The state S is a
+    q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v). The state M is a
     D_k x D_v matrix whatever N is: the inference form. A Python loop over
     tokens, written for clarity, not speed.
     """
@@ -177,10 +177,10 @@ def causal_linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch
 def causal_linear_attention_chunked_loop(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = DEFAULT_CHUNK
 ) -> torch.Tensor:
-    """Chunked form, readable version with a loop over chunks (seed algorithm).
+    """Chunked form, readable version with a loop over chunks (the algorithm as usually first written).
 
-    For chunk c of C tokens: y_c = ((Q_c K_c^T) * M) V_c + Q_c S_{c-1}, then
-    S_c = S_{c-1} + K_c^T V_c. The last chunk may be shorter.
+    For chunk c of C tokens: y_c = tril(Q_c K_c^T) V_c + Q_c M_{c-1}, then
+    M_c = M_{c-1} + K_c^T V_c. The last chunk may be shorter.
     q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v).
     """
     n, d_k, d_v = _checks.qkv(q, k, v)
@@ -203,8 +203,8 @@ def causal_linear_attention_chunked(
 
     The same algorithm as :func:`causal_linear_attention_chunked_loop`: every chunk's
     K_c^T V_c comes from one batched matmul, and the state chunk c reads,
-    S_{c-1} = sum_{c' < c} K_{c'}^T V_{c'}, is their exclusive prefix sum over the chunk
-    axis. Then y_c = ((Q_c K_c^T) * M) V_c + Q_c S_{c-1}, the second product added in place.
+    M_{c-1} = sum_{c' < c} K_{c'}^T V_{c'}, is their exclusive prefix sum over the chunk
+    axis. Then y_c = tril(Q_c K_c^T) V_c + Q_c M_{c-1}, the second product added in place.
     Its matmuls are the algorithm's 2 N C (D_k + D_v) + 4 N D_k D_v FLOPs (N a multiple of C),
     nothing more: the prefix sum is additions only.
     q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v).
@@ -216,7 +216,7 @@ def causal_linear_attention_chunked(
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
     b, t = qc.shape[:2]
     qc, kc, vc = qc.flatten(0, 1), kc.flatten(0, 1), vc.flatten(0, 1)  # (B' N/C, C, D): one batch dim
-    y = (qc @ kc.mT).tril_() @ vc  # (B' N/C, C, D_v): ((Q_c K_c^T) * M) V_c, inside each chunk
+    y = (qc @ kc.mT).tril_() @ vc  # (B' N/C, C, D_v): tril(Q_c K_c^T) V_c, inside each chunk
     kv = kc.mT @ vc  # (B' N/C, D_k, D_v): each chunk's contribution K_c^T V_c
     # Exclusive prefix sum over chunks: shift the rows down by one (row c holds chunk c - 1's
     # K^T V), zero each sequence's first row, cumsum down the chunk axis in place. The rows get
@@ -224,10 +224,10 @@ def causal_linear_attention_chunked(
     # thrashes the cache and is several times slower.
     rows = kv.new_empty(b * t + 1, d_k * d_v + 16)  # (B' N/C + 1, D_k D_v + 16); spare columns unused
     rows[1:, : d_k * d_v] = kv.flatten(-2)  # row r holds chunk r - 1's K^T V
-    rows[::t] = 0.0  # rows 0, N/C, 2 N/C, ...: the first chunk of each sequence reads S = 0
+    rows[::t] = 0.0  # rows 0, N/C, 2 N/C, ...: the first chunk of each sequence reads M = 0
     states = rows[:-1, : d_k * d_v]  # (B' N/C, D_k D_v)
-    states.view(b, t, d_k * d_v).cumsum_(1)  # (B', N/C, D_k D_v): S_{c-1}, in place
-    y.baddbmm_(qc, states.view(b * t, d_k, d_v))  # y += Q_c S_{c-1}, in place
+    states.view(b, t, d_k * d_v).cumsum_(1)  # (B', N/C, D_k D_v): M_{c-1}, in place
+    y.baddbmm_(qc, states.view(b * t, d_k, d_v))  # y += Q_c M_{c-1}, in place
     return y.view(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
 
 
@@ -237,7 +237,7 @@ def gated_linear_attention_parallel(
 ) -> torch.Tensor:
     """Parallel gated form: Y = ((Q K^T) * D) V, D[t, s] = prod_{r=s+1..t} gamma_r.
 
-    Unrolling S_t = gamma_t S_{t-1} + k_t v_t^T gives
+    Unrolling M_t = gamma_t M_{t-1} + k_t v_t^T gives
     y_t = sum_{s<=t} D[t, s] (q_t . k_s) v_s. D is built in log space by
     :func:`segment_sum`.
     q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
@@ -252,7 +252,7 @@ def gated_linear_attention_parallel(
 def gated_linear_attention_recurrent(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor | None
 ) -> torch.Tensor:
-    """Recurrent gated form: S_t = gamma_t S_{t-1} + k_t v_t^T, y_t = S_t^T q_t.
+    """Recurrent gated form: M_t = gamma_t M_{t-1} + k_t v_t^T, y_t = M_t^T q_t.
 
     q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or None (= 1)
     -> (..., N, D_v). One token at a time through :func:`linear_attention_step`.
@@ -277,8 +277,8 @@ def gated_linear_attention_chunked_loop(
     """Chunked gated form, readable version with a loop over chunks.
 
     Inside chunk c, b_i = sum of log gamma from the chunk start to token i:
-        y_i = sum_{j<=i in c} exp(b_i - b_j) (q_i . k_j) v_j + exp(b_i) S_{c-1}^T q_i
-        S_c = exp(b_last) S_{c-1} + sum_j exp(b_last - b_j) k_j v_j^T
+        y_i = sum_{j<=i in c} exp(b_i - b_j) (q_i . k_j) v_j + exp(b_i) M_{c-1}^T q_i
+        M_c = exp(b_last) M_{c-1} + sum_j exp(b_last - b_j) k_j v_j^T
     All exponents are <= 0, so nothing overflows.
     q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
     """
@@ -310,7 +310,7 @@ def gated_linear_attention_chunked(
     """Chunked gated form, vectorized over chunks (no Python loop).
 
     Same maths as :func:`gated_linear_attention_chunked_loop`. The states passed between
-    chunks obey S_c = a_c S_{c-1} + U_c with a_c the chunk's total decay; their solution is a
+    chunks obey M_c = a_c M_{c-1} + U_c with a_c the chunk's total decay; their solution is a
     weighted sum over earlier chunks with weights exp(segment_sum(log a)), computed by
     :func:`_chunk_states` as small matmuls over the chunk axis (Mamba-2's SSD), in blocks so
     the cost stays linear in N.
@@ -332,7 +332,7 @@ def gated_linear_attention_chunked(
     u = (kc * to_end[..., None]).mT @ vc  # (B', N/C, D_k, D_v): U_c
     # state entering chunk c: sum_{c' < c} exp(log a_{c'+1} + ... + log a_{c-1}) U_{c'}
     states = _chunk_states(b[..., -1], u)  # (B', N/C, D_k, D_v), 0 for c = 0
-    inter = (qc @ states).mul_(torch.exp(b).to(dt)[..., None])  # (B', N/C, C, D_v): exp(b_i) S_{c-1}^T q_i
+    inter = (qc @ states).mul_(torch.exp(b).to(dt)[..., None])  # (B', N/C, C, D_v): exp(b_i) M_{c-1}^T q_i
     scores = (qc @ kc.mT).mul_(_decay_matrix(log_g).to(dt))  # (B', N/C, C, C)
     inter.flatten(0, 1).baddbmm_(scores.flatten(0, 1), vc.flatten(0, 1))  # y = inter + scores @ vc, in place
     return inter.view(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
@@ -341,7 +341,7 @@ def gated_linear_attention_chunked(
 # --------------------------------------------------------------------------- decode
 def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                           gamma=1.0):
-    """One decode step: S' = gamma S + k v^T, y = S'^T q. Returns (y, S').
+    """One decode step: M' = gamma M + k v^T, y = M'^T q. Returns (y, M').
 
     state: (..., D_k, D_v); q, k: (..., D_k); v: (..., D_v);
     gamma: a number or a tensor of the leading shape (...), in (0, 1].

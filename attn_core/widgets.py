@@ -1,10 +1,11 @@
-"""Slider explorers for the chapters, and the formulas as data that they evaluate.
+"""Slider explorers for the chapters; they evaluate the formulas of :mod:`attn_core.formulas`.
 
 Three ``anywidget`` widgets (they work in JupyterLab and in Colab; in Colab a notebook
 may first need ``from google.colab import output; output.enable_custom_widget_manager()``):
 
 * :class:`MemoryLedgerWidget` (chapter 5): the activation ledger of one attention layer,
-  item by item, eager against fused, and the memory crossover N* = 2d/H.
+  item by item (the teaching model or as autograd saves it), eager against fused, and the
+  memory crossover.
 * :class:`FlopsWidget` (chapter 6): linear against quadratic FLOPs of one layer, the
   quadratic share against N, and the crossovers N* = 6d (with the FFN) and 2d (without).
 * :class:`Explorer` (chapter 7): one model (presets of real ones from
@@ -13,15 +14,13 @@ may first need ``from google.colab import output; output.enable_custom_widget_ma
   measured on the reader's machine.
 
 **One formula, evaluated twice.** Nothing is computed from formulas typed again in
-JavaScript. :func:`formula_spec` exports the ledger, FLOPs, KV-cache and linear-state terms
-(from :data:`attn_core.ledger.LEDGER_TERMS`, :data:`attn_core.flops.FLOPS_TERMS`,
-:data:`attn_core.kv_cache.KV_CACHE_TERMS` ...) as one JSON-able dict; each widget sends it to
-the page in its ``spec`` trait. A value is a *sum of terms*, each ``[coefficient, {symbol:
-power}]``, and each widget's numbers are a *recipe* over named sums (``sum``, ``crossover``,
-``ratio``, ``times``). The page (``static/ledger_widgets.js``) and Python
-(:func:`compute_values`) run the same small generic evaluator over the same data; the tests
-check that Python's evaluation equals the library's direct functions, and (with Node.js) that
-the JavaScript evaluation equals Python's, over a grid of inputs.
+JavaScript. Every value a widget shows is a SymPy expression of :mod:`attn_core.formulas`
+(:func:`attn_core.formulas.widget_values`); ``python -m attn_core.formulas`` (``make formulas``)
+prints each one as exact Python (``attn_core/_generated.py``) and, with SymPy's JavaScript
+printer, into the generated block of ``static/ledger_widgets.js``. :func:`formula_spec` only
+says which symbol each slider and menu sets. The tests check that the generated files are up to
+date, that the expressions equal the library's plain functions, and (with Node.js) that the
+page's numbers equal Python's over a grid of inputs.
 
 The front end draws its own controls and an inline SVG figure (no CDN, no build step) and
 writes every number it shows into the page as ``<span data-key="total_bytes"
@@ -41,7 +40,7 @@ from fractions import Fraction
 import anywidget
 import traitlets
 
-from . import flops, kv_cache, ledger
+from . import _generated, flops, formulas, kv_cache, ledger
 
 __all__ = [
     "MemoryLedgerWidget",
@@ -50,8 +49,6 @@ __all__ = [
     "formula_spec",
     "build_env",
     "compute_values",
-    "evaluate",
-    "crossover",
     "model_traits",
     "time_crossover",
     "fmt_bytes",
@@ -61,38 +58,11 @@ __all__ = [
 ]
 
 _STATIC = pathlib.Path(__file__).parent / "static"
-DEFAULT_MODEL = "Seed 3.6B (d=3072, H=24)"
-SPEC_FORMAT = "attn_core.formula_spec/1"
+DEFAULT_MODEL = "3.6B worked example (d=3072, H=24)"
+SPEC_FORMAT = "attn_core.formula_spec/2"
 
 # ------------------------------------------------------------------------------------ the spec
-SYMBOLS: dict[str, str] = {
-    "B": "batch size (sequences)",
-    "N": "sequence length, tokens",
-    "d": "model width d_model",
-    "H": "query heads",
-    "H_kv": "key/value heads",
-    "D": "head dimension",
-    "D_k": "key dimension of linear attention",
-    "D_v": "value dimension of linear attention",
-    "L": "layers",
-    "b": "bytes per value (switch: dtype)",
-    "F": "FFN hidden width",
-    "f_ffn": "FFN width over d (ffn_mult)",
-    "m_ffn": "matrices in the FFN (switch: ffn; 2 mlp, 3 swiglu)",
-    "w_ffn": "1 with the FFN, 0 for the attention block alone",
-    "c_causal": "share of the N x N work done (switch: causal; 1 or 1/2)",
-    "k_drop": "1 if the dropout multiplier is stored (switch: dropout)",
-    "W": "sliding window in tokens, 0 = full attention",
-    "N_kv": "tokens kept in the KV cache, min(N, W)",
-    "R": "MLA latent values per token and layer, 0 = per-head K and V",
-    "s_std": "1 for per-head K and V (MHA/GQA/MQA), 0 for MLA",
-}
-
-
-def _terms(term_or_terms, **extra: int) -> list:
-    """LEDGER_TERMS-style (coeff, {sym: power}) or a tuple of them -> JSON [[coeff, {..}], ...]."""
-    terms = [term_or_terms] if isinstance(term_or_terms[0], (int, Fraction)) else list(term_or_terms)
-    return [[int(c), {**powers, **extra}] for c, powers in terms]
+SYMBOLS = formulas.SYMBOLS
 
 
 def _number(x):
@@ -109,6 +79,9 @@ def model_traits(model: kv_cache.ModelConfig) -> dict:
         "H_kv": model.num_kv_heads,
         "L": model.num_layers,
         "D": model.d_head,
+        "D_v": model.d_v or model.d_head,
+        "rope_dim": model.rope_dim or 0,
+        "q_lora": model.q_lora_rank or 0,
         "F": model.ffn_dim,
         "ffn": model.ffn,
         "window": model.window or 0,
@@ -117,138 +90,68 @@ def model_traits(model: kv_cache.ModelConfig) -> dict:
 
 
 def _ledger_items() -> list[list]:
-    """[name, expression, label, 'linear' | 'quadratic'] for each ledger item, in order."""
+    """[name, value key, label, 'linear' | 'quadratic'] for each ledger item, in order."""
+    import sympy as sp  # noqa: F401 - only to classify the items by their power of N
+
     out = []
-    for name, (_, powers) in ledger.LEDGER_TERMS.items():
-        part = {1: "linear", 2: "quadratic"}[powers["N"]]
-        out.append([name, f"ledger.{name}", ledger.ITEM_SHAPES[name], part])
+    for name, expr in formulas.memory_items().items():
+        part = "quadratic" if sp.degree(expr, formulas.N) == 2 else "linear"
+        out.append([name, f"item.{name}", ledger.ITEM_SHAPES[name], part])
     return out
 
 
+_MEMORY_SWITCHES = {"dtype": "dtype", "dropout": "dropout", "saved": "saved", "mask": "mask"}
+
+
 def _widget_recipes() -> dict:
-    items = _ledger_items()
-    item_exprs = [e for _, e, _, _ in items]
-    lin = [e for _, e, _, p in items if p == "linear"]
-    quad = [e for _, e, _, p in items if p == "quadratic"]
+    """kind -> which symbol each trait sets: inputs (symbol -> trait), switches (menu -> trait)."""
     memory = {
         "inputs": {"B": "B", "N": "N", "d": "d", "H": "H"},
-        "switches": {"dtype": "dtype", "dropout": "dropout"},
+        "switches": dict(_MEMORY_SWITCHES),
         "constants": {},
-        "derived": [],
-        "items": items,
-        "values": [
-            *({"key": f"item.{n}", "op": "sum", "of": [e]} for n, e, _, _ in items),
-            {"key": "linear_bytes", "op": "sum", "of": lin},
-            {"key": "quadratic_bytes", "op": "sum", "of": quad},
-            {"key": "total_bytes", "op": "sum", "of": item_exprs},
-            {"key": "fused_bytes", "op": "sum", "of": ["fused"]},
-            {"key": "eager_over_fused", "op": "ratio", "num": "total_bytes", "den": "fused_bytes"},
-            {"key": "quadratic_share", "op": "ratio", "num": "quadratic_bytes", "den": "total_bytes"},
-            {"key": "n_star", "op": "crossover", "low": lin, "high": quad, "in": "N"},
-        ],
+        "items": _ITEMS,
     }
     flops_w = {
         "inputs": {"N": "N", "d": "d", "H": "H", "f_ffn": "ffn_mult"},
         "switches": {"ffn": "ffn", "causal": "causal"},
-        "constants": {"w_ffn": 1},
-        "derived": [],
-        "values": [
-            {"key": "linear_flops", "op": "sum", "of": ["flops.linear"]},
-            {"key": "quadratic_flops", "op": "sum", "of": ["flops.quadratic"]},
-            {"key": "total_flops", "op": "sum", "of": ["flops.linear", "flops.quadratic"]},
-            {"key": "quadratic_share", "op": "ratio", "num": "quadratic_flops", "den": "total_flops"},
-            {"key": "n_star", "op": "crossover", "low": ["flops.linear"], "high": ["flops.quadratic"],
-             "in": "N"},
-            {"key": "linear_flops_attention", "op": "sum", "of": ["flops.linear"], "at": {"w_ffn": 0}},
-            {"key": "total_flops_attention", "op": "sum", "of": ["flops.linear", "flops.quadratic"],
-             "at": {"w_ffn": 0}},
-            {"key": "quadratic_share_attention", "op": "ratio", "num": "quadratic_flops",
-             "den": "total_flops_attention"},
-            {"key": "n_star_attention", "op": "crossover", "low": ["flops.linear"],
-             "high": ["flops.quadratic"], "in": "N", "at": {"w_ffn": 0}},
-            {"key": "d_head", "op": "sum", "of": ["head_dim"]},
-        ],
+        "constants": {},
     }
     explorer = {
         "inputs": {"B": "B", "N": "N", "d": "d", "H": "H", "H_kv": "H_kv", "L": "L", "D": "D",
-                   "D_k": "D", "D_v": "D", "F": "F", "W": "window", "R": "kv_latent"},
-        "switches": {"dtype": "dtype", "dropout": "dropout", "ffn": "ffn", "causal": "causal"},
-        "constants": {"w_ffn": 1},
-        "derived": [["f_ffn", "div", ["F", "d"]], ["N_kv", "min_nonzero", ["N", "W"]],
-                    ["s_std", "is_zero", ["R"]]],
-        "values": [
-            {"key": "linear_flops", "op": "sum", "of": ["flops.linear"]},
-            {"key": "quadratic_flops", "op": "sum", "of": ["flops.quadratic"]},
-            {"key": "total_flops", "op": "sum", "of": ["flops.linear", "flops.quadratic"]},
-            {"key": "quadratic_share", "op": "ratio", "num": "quadratic_flops", "den": "total_flops"},
-            {"key": "n_star_flops", "op": "crossover", "low": ["flops.linear"],
-             "high": ["flops.quadratic"], "in": "N"},
-            {"key": "n_star_flops_attention", "op": "crossover", "low": ["flops.linear"],
-             "high": ["flops.quadratic"], "in": "N", "at": {"w_ffn": 0}},
-            {"key": "act_layer_eager", "op": "sum", "of": item_exprs},
-            {"key": "act_layer_fused", "op": "sum", "of": ["fused"]},
-            {"key": "act_eager", "op": "times", "of": "act_layer_eager", "by": "L"},
-            {"key": "act_fused", "op": "times", "of": "act_layer_fused", "by": "L"},
-            {"key": "eager_over_fused", "op": "ratio", "num": "act_layer_eager", "den": "act_layer_fused"},
-            {"key": "n_star_memory", "op": "crossover", "low": lin, "high": quad, "in": "N"},
-            {"key": "kv_bytes_per_token", "op": "sum", "of": ["kv_cache"], "at": {"N_kv": 1, "B": 1}},
-            {"key": "kv_cache_bytes", "op": "sum", "of": ["kv_cache"]},
-            {"key": "linear_state_bytes", "op": "sum", "of": ["linear_state"]},
-            {"key": "kv_over_state", "op": "ratio", "num": "kv_cache_bytes", "den": "linear_state_bytes"},
-            {"key": "n_star_kv_state", "op": "crossover", "low": ["linear_state"], "high": ["kv_cache"],
-             "in": "N_kv"},
-        ],
+                   "D_v": "D_v", "D_r": "rope_dim", "Q_r": "q_lora", "F": "F", "W": "window",
+                   "R": "kv_latent"},
+        "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal"},
+        "constants": {},
     }
     return {"memory": memory, "flops": flops_w, "explorer": explorer}
 
 
+_ITEMS = _ledger_items()
+
+
 def formula_spec() -> dict:
-    """Every formula the widgets show, as one JSON-able dict (the page and Python evaluate it).
+    """What the page needs besides the generated formulas, as one JSON-able dict.
 
     Keys:
 
-    * ``expressions``: name -> list of terms ``[coefficient, {symbol: power}]``; the value is
-      ``sum(coefficient * prod(env[symbol] ** power))``. ``ledger.<item>`` (bytes, from
-      :data:`attn_core.ledger.LEDGER_TERMS` times ``b``), ``fused``, ``flops.linear``,
-      ``flops.quadratic`` (from :data:`attn_core.flops.FLOPS_TERMS`), ``kv_cache``,
-      ``linear_state`` (from :mod:`attn_core.kv_cache`), ``head_dim`` (d / H).
-    * ``switches``: switch -> option -> {symbol: value}: ``dtype`` sets ``b``, ``dropout`` sets
-      ``k_drop``, ``ffn`` sets ``m_ffn``, ``causal`` sets ``c_causal`` (options of booleans are
-      the strings ``"true"`` / ``"false"``).
-    * ``widgets``: kind -> recipe: ``inputs`` (symbol -> trait), ``switches`` (switch -> trait),
-      ``constants``, ``derived`` (``[symbol, op, [symbols]]`` with op ``div``, ``min_nonzero``,
-      ``is_zero``) and ``values``: steps ``{"key", "op", ...}`` run in order, op ``sum`` (of
-      expressions), ``crossover`` (N* where the ``low`` sum equals the ``high`` sum, both powers of
-      the ``in`` symbol), ``ratio`` (``num`` / ``den`` of earlier keys), ``times`` (an earlier key
-      times a symbol); an optional ``at`` overrides symbols for that step.
+    * ``widgets``: kind -> ``inputs`` (symbol -> trait), ``switches`` (menu -> trait) and
+      ``constants``; the memory widget also lists its ``items`` ([name, value key, label, part]).
+    * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core.formulas.SWITCHES`;
+      options of booleans are the strings ``"true"`` / ``"false"``).
     * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits.
     * ``dtype_bytes``, ``symbols`` (what each symbol means), ``format``.
+
+    The formulas are not in the spec: the page runs the functions SymPy generated into
+    ``static/ledger_widgets.js``, Python the same ones in ``attn_core/_generated.py``.
     """
-    expressions: dict[str, list] = {}
-    for name, term in ledger.LEDGER_TERMS.items():
-        extra = {"b": 1, "k_drop": 1} if name in ledger.DROPOUT_ITEMS else {"b": 1}
-        expressions[f"ledger.{name}"] = _terms(term, **extra)
-    expressions["fused"] = _terms(ledger.FUSED_TERMS["fused"], b=1)
-    for part, terms in flops.FLOPS_TERMS.items():
-        expressions[f"flops.{part}"] = _terms(terms)
-    expressions["kv_cache"] = _terms(kv_cache.KV_CACHE_TERMS, b=1)
-    expressions["linear_state"] = _terms(kv_cache.LINEAR_STATE_TERMS, b=1)
-    expressions["head_dim"] = [[1, {"d": 1, "H": -1}]]
-    switches = {
-        "dtype": {name: {"b": nb} for name, nb in ledger.DTYPE_BYTES.items()},
-        "dropout": {"true": {"k_drop": 1}, "false": {"k_drop": 0}},
-        "ffn": {kind: {"m_ffn": m} for kind, m in flops.FFN_MATRICES.items()},
-        "causal": {str(c).lower(): {"c_causal": _number(f)} for c, f in flops.CAUSAL_FACTOR.items()},
-    }
-    models = {}
-    for name, m in kv_cache.MODELS.items():
-        models[name] = {**model_traits(m), "source": m.source}
+    switches = {sw: {opt: {k: _number(v) for k, v in vals.items()} for opt, vals in options.items()}
+                for sw, options in formulas.SWITCHES.items()}
+    models = {name: {**model_traits(m), "source": m.source} for name, m in kv_cache.MODELS.items()}
     return {
         "format": SPEC_FORMAT,
         "symbols": dict(SYMBOLS),
         "dtype_bytes": dict(ledger.DTYPE_BYTES),
         "switches": switches,
-        "expressions": expressions,
         "widgets": _widget_recipes(),
         "models": models,
         "default_model": DEFAULT_MODEL,
@@ -256,9 +159,8 @@ def formula_spec() -> dict:
 
 
 # --------------------------------------------------------------------- the evaluator (Python)
-# The same steps as the block between the "evaluator" markers of static/ledger_widgets.js.
 # Python computes exactly (Fractions; a float input is taken at its exact binary value);
-# the page computes in float64.
+# the page computes the same generated expressions in float64.
 
 def _exact(x) -> Fraction:
     if isinstance(x, bool):
@@ -272,43 +174,6 @@ def _exact(x) -> Fraction:
     raise ValueError(f"symbol values must be numbers, got {x!r}")
 
 
-def evaluate(terms: list, env: dict) -> Fraction:
-    """sum(coefficient * prod(env[symbol] ** power)) over ``terms``, exactly."""
-    total = Fraction(0)
-    for coeff, powers in terms:
-        t = _exact(coeff)
-        for sym, p in powers.items():
-            if sym not in env:
-                raise ValueError(f"symbol {sym!r} has no value")
-            t *= env[sym] ** p
-        total += t
-    return total
-
-
-def _power_of(terms: list, sym: str) -> int:
-    powers = {powers.get(sym, 0) for _, powers in terms}
-    if len(powers) != 1:
-        raise ValueError(f"terms must share one power of {sym}, got {sorted(powers)}")
-    return powers.pop()
-
-
-def crossover(low: list, high: list, sym: str, env: dict):
-    """The value of ``sym`` at which sum(low) = sum(high), both homogeneous in ``sym``.
-
-    With low = a sym^p and high = c sym^q (q > p): sym* = (a / c) ** (1 / (q - p)), exact when
-    q - p = 1. None if either side is zero (they never cross).
-    """
-    p, q = _power_of(low, sym), _power_of(high, sym)
-    if q <= p:
-        raise ValueError(f"high terms must grow faster in {sym} than low terms ({q} <= {p})")
-    at1 = {**env, sym: Fraction(1)}
-    a, c = evaluate(low, at1), evaluate(high, at1)
-    if a == 0 or c == 0:
-        return None
-    r = a / c
-    return r if q - p == 1 else Fraction(float(r) ** (1.0 / (q - p)))
-
-
 def _switch_key(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -319,45 +184,12 @@ def build_env(recipe: dict, state: dict, spec: dict) -> dict:
     for sym, trait in recipe["inputs"].items():
         env[sym] = _exact(state[trait])
     for switch, trait in recipe["switches"].items():
-        options = spec["switches"][switch]
+        options = formulas.SWITCHES[switch]
         key = _switch_key(state[trait])
         if key not in options:
             raise ValueError(f"{trait} must be one of {sorted(options)}, got {state[trait]!r}")
         env.update({sym: _exact(v) for sym, v in options[key].items()})
-    for sym, op, args in recipe["derived"]:
-        a = [env[x] for x in args]
-        if op == "div":
-            env[sym] = a[0] / a[1]
-        elif op == "min_nonzero":
-            env[sym] = min(x for x in a if x != 0)
-        elif op == "is_zero":
-            env[sym] = Fraction(int(a[0] == 0))
-        else:
-            raise ValueError(f"unknown derived op {op!r}")
     return env
-
-
-def _run_steps(recipe: dict, env: dict, spec: dict) -> dict:
-    ex = spec["expressions"]
-    out: dict = {}
-    for step in recipe["values"]:
-        e = {**env, **{k: _exact(v) for k, v in step.get("at", {}).items()}}
-        op = step["op"]
-        if op == "sum":
-            v = sum((evaluate(ex[name], e) for name in step["of"]), Fraction(0))
-        elif op == "crossover":
-            low = [t for name in step["low"] for t in ex[name]]
-            high = [t for name in step["high"] for t in ex[name]]
-            v = crossover(low, high, step["in"], e)
-        elif op == "ratio":
-            num, den = out[step["num"]], out[step["den"]]
-            v = None if num is None or not den else num / den
-        elif op == "times":
-            v = None if out[step["of"]] is None else out[step["of"]] * e[step["by"]]
-        else:
-            raise ValueError(f"unknown op {op!r}")
-        out[step["key"]] = v
-    return out
 
 
 def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool = False) -> dict:
@@ -368,8 +200,8 @@ def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool
     that does not exist.
     """
     spec = _SPEC if spec is None else spec
-    recipe = spec["widgets"][kind]
-    raw = _run_steps(recipe, build_env(recipe, state, spec), spec)
+    raw = _generated.FUNCTIONS[kind](build_env(spec["widgets"][kind], state, spec))
+    raw = {k: (None if v is None else Fraction(v)) for k, v in raw.items()}
     if exact:
         return raw
     return {k: (None if v is None else int(v) if v.denominator == 1 else float(v)) for k, v in raw.items()}
@@ -477,15 +309,18 @@ def _check_divides(obj, small: str, big: str, value_small: int, value_big: int, 
 class MemoryLedgerWidget(_LedgerWidget):
     """Chapter 5: the activation-memory ledger of one attention layer, with sliders.
 
-    ``MemoryLedgerWidget(N=4096, d=3072, H=24, dtype="bf16", dropout=True)``
+    ``MemoryLedgerWidget(N=4096, d=3072, H=24, dtype="bf16", dropout=True, saved="teaching")``
 
-    Sliders for N (log scale), d and H (H always divides d), a dtype menu and a dropout
-    checkbox. It shows the itemized ledger of :func:`attn_core.ledger.activation_ledger` as a
-    stacked bar against the fused side (:func:`attn_core.ledger.fused_activation_bytes`), the
-    total, the eager/fused ratio, and the total against N with the crossover
-    N* = 2d/H (:func:`attn_core.ledger.memory_crossover`; 3d/H without dropout) marked.
+    Sliders for N (log scale), d and H (H always divides d), a dtype menu, a dropout checkbox,
+    and a menu between the teaching ledger and the ledger as autograd saves it (``saved``,
+    with the dropout mask's bytes in the dtype, as on CPU, or 1 byte, as on CUDA: ``mask``).
+    It shows the itemized ledger of :func:`attn_core.ledger.activation_ledger` as a stacked
+    bar against the fused side, the total, the eager/fused ratio, and the total against N
+    with the crossover of :func:`attn_core.ledger.memory_crossover` marked (2d/H for the
+    teaching ledger with dropout, 5d/H as autograd saves it without dropout).
 
-    Traits (synced): ``N``, ``d``, ``H``, ``dtype``, ``dropout``, ``B`` (1, no slider).
+    Traits (synced): ``N``, ``d``, ``H``, ``dtype``, ``dropout``, ``saved``, ``mask``, ``B``
+    (1, no slider).
     ``values`` (read-only): ``item.<name>`` for each ledger item, ``linear_bytes``,
     ``quadratic_bytes``, ``total_bytes``, ``fused_bytes``, ``eager_over_fused``,
     ``quadratic_share``, ``n_star``. ``figure()`` draws the same figure with matplotlib.
@@ -494,7 +329,7 @@ class MemoryLedgerWidget(_LedgerWidget):
     """
 
     _kind = "memory"
-    _inputs = ("B", "N", "d", "H", "dtype", "dropout")
+    _inputs = ("B", "N", "d", "H", "dtype", "dropout", "saved", "mask")
 
     B = traitlets.Int(1, min=1).tag(sync=True)
     N = traitlets.Int(4096, min=1).tag(sync=True)
@@ -502,10 +337,12 @@ class MemoryLedgerWidget(_LedgerWidget):
     H = traitlets.Int(24, min=1).tag(sync=True)
     dtype = traitlets.Enum(list(ledger.DTYPE_BYTES), default_value="bf16").tag(sync=True)
     dropout = traitlets.Bool(True).tag(sync=True)
+    saved = traitlets.Enum(list(formulas.SWITCHES["saved"]), default_value="teaching").tag(sync=True)
+    mask = traitlets.Enum(list(formulas.SWITCHES["mask"]), default_value="dtype").tag(sync=True)
 
     def __init__(self, N: int = 4096, d: int = 3072, H: int = 24, dtype: str = "bf16",
-                 dropout: bool = True, **kwargs):
-        super().__init__(N=N, d=d, H=H, dtype=dtype, dropout=dropout, **kwargs)
+                 dropout: bool = True, saved: str = "teaching", mask: str = "dtype", **kwargs):
+        super().__init__(N=N, d=d, H=H, dtype=dtype, dropout=dropout, saved=saved, mask=mask, **kwargs)
 
     @traitlets.validate("H")
     def _valid_H(self, proposal):
@@ -543,7 +380,8 @@ class MemoryLedgerWidget(_LedgerWidget):
         ns, pts = self._sweep(n_range)
         eager = [p["total_bytes"] for p in pts]
         fused = [p["fused_bytes"] for p in pts]
-        ax2.loglog(ns, eager, color="#d1495b", label="eager (S, P, dropout kept)")
+        ax2.loglog(ns, eager, color="#d1495b", label="eager (" + (
+            "as autograd saves it" if self.saved == "autograd" else "teaching ledger") + ")")
         ax2.loglog(ns, fused, color="#2e86ab", label="fused (FlashAttention)")
         _mark(ax2, v["n_star"], f"N* = {v['n_star']:g}", "#6c757d")
         _mark(ax2, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True)
@@ -644,22 +482,24 @@ class FlopsWidget(_LedgerWidget):
         return fig
 
 
-_ARCH = ("d", "H", "H_kv", "L", "D", "F", "ffn", "window", "kv_latent")
+_ARCH = ("d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window", "kv_latent")
 
 
 class Explorer(_LedgerWidget):
     """Chapter 7: every crossover of one model at N tokens, with sliders and presets.
 
-    ``Explorer(model="Seed 3.6B (d=3072, H=24)")`` (and any trait as a keyword, e.g. ``N=131072``)
+    ``Explorer(model=DEFAULT_MODEL)`` (and any trait as a keyword, e.g. ``N=131072``)
 
     A preset menu (:data:`attn_core.kv_cache.MODELS`, or ``"custom"``) sets d, H, H_kv, L, the
-    head dimension D, the FFN (kind and width F), the sliding window and the MLA latent; sliders
-    then move N (log scale, 256 to 1M), d, H, H_kv, L, and menus the dtype, causal and dropout.
-    Moving an architecture slider turns the model into ``"custom"`` (keeping the preset's FFN,
-    window and latent); moving d or H sets D = d / H. It shows:
+    head dims D and D_v, MLA's RoPE part, query rank and latent, the FFN (kind and width F) and
+    the sliding window; sliders then move N (log scale, 256 to 1M), d, H, H_kv, L, and menus the
+    dtype, causal, dropout and the ledger (teaching, or as autograd saves it). Moving an
+    architecture slider turns the model into ``"custom"`` (keeping the preset's FFN, window and
+    MLA fields); moving d or H sets D = D_v = d / H. It shows:
 
-    * the FLOPs crossover (:func:`attn_core.flops.flops_crossover` with this model's FFN) and the
-      memory crossover (:func:`attn_core.ledger.memory_crossover`),
+    * the FLOPs crossover of the model as built (:func:`attn_core.flops.model_flops_crossover`:
+      GQA's smaller K and V projections, MLA's low-rank ones, the real head dims) and the
+      memory crossover of its activation ledger (with the same head dims),
     * the activation memory per layer and for L layers, eager against fused,
     * the KV cache per sequence (:meth:`attn_core.kv_cache.ModelConfig.kv_bytes`), and the fixed
       state of linear attention with the same L, H, D (:func:`attn_core.kv_cache.linear_state_bytes`),
@@ -667,8 +507,9 @@ class Explorer(_LedgerWidget):
       chunked linear attention in the running kernel (:meth:`measure_time_crossover`); in a
       static page it says that it needs a running kernel.
 
-    Traits (synced): ``model``, ``N``, ``d``, ``H``, ``H_kv``, ``L``, ``D``, ``F``, ``ffn``,
-    ``window``, ``kv_latent``, ``dtype``, ``causal``, ``dropout``, ``B`` (1), ``measured``,
+    Traits (synced): ``model``, ``N``, ``d``, ``H``, ``H_kv``, ``L``, ``D``, ``D_v``,
+    ``rope_dim``, ``q_lora``, ``F``, ``ffn``, ``window``, ``kv_latent``, ``dtype``, ``causal``,
+    ``dropout``, ``saved``, ``mask``, ``B`` (1), ``measured``,
     ``measure_status``. ``values`` (read-only): ``linear_flops``, ``quadratic_flops``,
     ``total_flops``, ``quadratic_share``, ``n_star_flops``, ``n_star_flops_attention``,
     ``act_layer_eager``, ``act_layer_fused``, ``act_eager``, ``act_fused`` (times L),
@@ -680,8 +521,8 @@ class Explorer(_LedgerWidget):
     """
 
     _kind = "explorer"
-    _inputs = ("B", "N", "d", "H", "H_kv", "L", "D", "F", "ffn", "window", "kv_latent",
-               "dtype", "causal", "dropout")
+    _inputs = ("B", "N", "d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window",
+               "kv_latent", "dtype", "causal", "dropout", "saved", "mask")
 
     model = traitlets.Enum([*kv_cache.MODELS, "custom"], default_value=DEFAULT_MODEL).tag(sync=True)
     B = traitlets.Int(1, min=1).tag(sync=True)
@@ -691,6 +532,9 @@ class Explorer(_LedgerWidget):
     H_kv = traitlets.Int(24, min=1).tag(sync=True)
     L = traitlets.Int(32, min=1).tag(sync=True)
     D = traitlets.Int(128, min=1).tag(sync=True)
+    D_v = traitlets.Int(128, min=1).tag(sync=True)
+    rope_dim = traitlets.Int(0, min=0).tag(sync=True)
+    q_lora = traitlets.Int(0, min=0).tag(sync=True)
     F = traitlets.Int(12288, min=1).tag(sync=True)
     ffn = traitlets.Enum(list(flops.FFN_MATRICES), default_value="mlp").tag(sync=True)
     window = traitlets.Int(0, min=0).tag(sync=True)
@@ -698,6 +542,8 @@ class Explorer(_LedgerWidget):
     dtype = traitlets.Enum(list(ledger.DTYPE_BYTES), default_value="bf16").tag(sync=True)
     causal = traitlets.Bool(False).tag(sync=True)
     dropout = traitlets.Bool(True).tag(sync=True)
+    saved = traitlets.Enum(list(formulas.SWITCHES["saved"]), default_value="teaching").tag(sync=True)
+    mask = traitlets.Enum(list(formulas.SWITCHES["mask"]), default_value="dtype").tag(sync=True)
     measured = traitlets.Dict().tag(sync=True)
     measure_status = traitlets.Unicode("").tag(sync=True)
 
@@ -706,6 +552,7 @@ class Explorer(_LedgerWidget):
             preset = model_traits(kv_cache.MODELS[model])
             if "D" not in kwargs and ("d" in kwargs or "H" in kwargs):
                 kwargs["D"] = kwargs.get("d", preset["d"]) // kwargs.get("H", preset["H"])
+                kwargs.setdefault("D_v", kwargs["D"])
             kwargs = {**preset, **kwargs}
         self._applying = True
         super().__init__(model=model, **kwargs)
@@ -753,6 +600,7 @@ class Explorer(_LedgerWidget):
                 preset = kv_cache.MODELS.get(self.model)
                 keeps = preset is not None and (self.d, self.H) == (preset.d_model, preset.num_heads)
                 self.D = preset.d_head if keeps else self.d // self.H
+                self.D_v = (preset.d_v or preset.d_head) if keeps else self.D
             self._mark_custom()
         self._update_values()
 
@@ -859,7 +707,8 @@ def time_crossover(ns: list[int], t_softmax: list[float], t_linear: list[float])
 
 # ------------------------------------------------------------------------- matplotlib helpers
 _ITEM_COLORS = {"X": "#1b4965", "Q": "#2e86ab", "K": "#5fa8d3", "V": "#89c2d9", "ctx": "#62b6cb",
-                "O": "#a9d6e5", "S": "#d1495b", "P": "#edae49", "dropout": "#f4a259"}
+                "O": "#a9d6e5", "S": "#d1495b", "P": "#edae49", "dropout": "#f4a259",
+                "P_drop": "#b5838d", "mask": "#6d597a"}
 
 
 def _byte_unit(x: float) -> tuple[str, int]:

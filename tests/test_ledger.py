@@ -171,3 +171,53 @@ def test_measured_on_cpu_equals_meta():
         results.append(sorted((t.shape, t.nbytes, t.saved_by) for t in saved))
     assert results[0] == results[1]
     assert math.prod(results[0][0][0]) > 0
+
+
+# ----------------------------------------------------------------------- as autograd saves it
+@pytest.mark.parametrize("dropout", [True, False], ids=["dropout", "no dropout"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("N", [63, 4096])
+def test_autograd_ledger_equals_saved_tensors(N, causal, dropout):
+    """saved="autograd" equals the measured activations exactly, item for item in total (bf16, CPU mask)."""
+    d, H = D_MODEL, HEADS
+    with torch.device("meta"):
+        x = torch.empty(2, N, d, dtype=torch.bfloat16)
+        weights = [torch.empty(d, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(4)]
+    saved = saved_tensor_bytes(mha_forward, x, *weights, H, dropout_p=0.1 if dropout else 0.0, causal=causal)
+    book = ledger.activation_ledger(2, N, d, H, "bf16", dropout=dropout, saved="autograd", causal=causal)
+    assert saved.activations == sum(book.values())
+    assert book["O"] == 0 and "S" not in book
+    square = [t for t in saved if tuple(t.shape[-2:]) == (N, N) and not t.is_leaf]
+    assert sum(t.nbytes for t in square) == book["P"] + book["dropout"] + book["P_drop"] + book["mask"]
+    if causal:  # the dense mask masked_fill keeps: one (N, N) bool, shared by every batch and head
+        mask = _one(saved, "MaskedFillBackward0.mask")
+        assert mask.dtype == torch.bool and mask.nbytes == book["mask"] == N * N
+
+
+@pytest.mark.parametrize("dropout, mask_bytes, expected", [
+    (False, None, 5 * 3072 / 24), (True, None, 5 * 3072 / (3 * 24)), (True, 1, 5 * 2 * 3072 / (5 * 24))],
+    ids=["no dropout", "dropout, CPU mask", "dropout, bool mask"])
+def test_autograd_crossover(dropout, mask_bytes, expected):
+    """N* as autograd saves it: 5d/H = 640 without dropout; the two parts are equal there."""
+    n_star = ledger.memory_crossover(D_MODEL, HEADS, saved="autograd", dropout=dropout, mask_bytes=mask_bytes)
+    assert n_star == pytest.approx(expected, rel=1e-15)
+    items = ledger.activation_ledger(1, 1, D_MODEL, HEADS, dropout=dropout, saved="autograd",
+                                     mask_bytes=mask_bytes)
+    linear = sum(items[k] for k in ("X", "Q", "K", "V", "ctx"))
+    quadratic = items["P"] + items["dropout"] + items["P_drop"]
+    assert linear * n_star == pytest.approx(quadratic * n_star**2, rel=1e-12)
+    assert ledger.memory_crossover(D_MODEL, HEADS, dropout=False) == 3 * D_MODEL / HEADS  # teaching, S and P
+
+
+def test_head_dims_and_bad_options():
+    """GQA shrinks K and V to H_kv heads; unknown ledgers and bad head counts are rejected by name."""
+    gqa = ledger.activation_ledger(1, 10, 4096, 32, num_kv_heads=8)
+    assert gqa["K"] == gqa["V"] == gqa["Q"] // 4
+    mla = ledger.activation_ledger(1, 10, 5120, 128, d_head=192, d_v=128)
+    assert mla["Q"] == 10 * 128 * 192 * 2 and mla["V"] == 10 * 128 * 128 * 2
+    with pytest.raises(ValueError, match="saved"):
+        ledger.activation_ledger(1, 10, 64, 4, saved="measured")
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        ledger.activation_ledger(1, 10, 64, 4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="mask_bytes"):
+        ledger.activation_ledger(1, 10, 64, 4, saved="autograd", mask_bytes=0)

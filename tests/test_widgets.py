@@ -1,7 +1,7 @@
-"""attn_core.widgets: the formulas-as-data equal the library, the widgets show them, the page computes them.
+"""attn_core.widgets: the generated formulas equal the library, the widgets show them, the page computes them.
 
-* The spec (attn_core.widgets.formula_spec), evaluated by the generic Python evaluator, equals
-  the library's direct functions (ledger, flops, kv_cache) over a grid of inputs.
+* The widgets' values (attn_core/formulas.py, generated into attn_core/_generated.py) equal the
+  library's plain functions (ledger, flops, kv_cache) over a grid of inputs.
 * Each widget's ``values`` follow its traits and equal the library; bad traits are rejected
   with an error naming the trait.
 * The front end is one local ES module with no network access; with Node.js, its evaluator
@@ -20,32 +20,45 @@ from fractions import Fraction
 import pytest
 import traitlets
 
-from attn_core import flops, kv_cache, ledger
+from attn_core import flops, formulas, kv_cache, ledger
 from attn_core import widgets as W
 
 STATIC = W._STATIC
 JS = STATIC / "ledger_widgets.js"
 
 
-def memory_state(B=1, N=4096, d=3072, H=24, dtype="bf16", dropout=True):
-    return {"B": B, "N": N, "d": d, "H": H, "dtype": dtype, "dropout": dropout}
+def memory_state(B=1, N=4096, d=3072, H=24, dtype="bf16", dropout=True, saved="teaching", mask="dtype"):
+    return {"B": B, "N": N, "d": d, "H": H, "dtype": dtype, "dropout": dropout, "saved": saved, "mask": mask}
 
 
 def flops_state(N=4096, d=3072, H=24, ffn="mlp", causal=False, ffn_mult=4.0):
     return {"N": N, "d": d, "H": H, "ffn": ffn, "causal": causal, "ffn_mult": ffn_mult}
 
 
-def explorer_state(model=None, N=4096, dtype="bf16", causal=False, dropout=True, B=1, **arch):
+def explorer_state(model=None, N=4096, dtype="bf16", causal=False, dropout=True, B=1, saved="teaching",
+                   mask="dtype", **arch):
     base = W.model_traits(kv_cache.MODELS[model or W.DEFAULT_MODEL])
-    return {**base, **arch, "N": N, "dtype": dtype, "causal": causal, "dropout": dropout, "B": B}
+    return {**base, **arch, "N": N, "dtype": dtype, "causal": causal, "dropout": dropout, "B": B,
+            "saved": saved, "mask": mask}
+
+
+def config_of(state) -> kv_cache.ModelConfig:
+    """The ModelConfig an Explorer state describes (the inverse of model_traits)."""
+    mla = state["kv_latent"] > 0
+    return kv_cache.ModelConfig(
+        "state", state["L"], state["d"], state["H"], state["H_kv"], state["D"], state["F"], ffn=state["ffn"],
+        window=state["window"] or None, d_v=state["D_v"],
+        kv_lora_rank=state["kv_latent"] - state["rope_dim"] if mla else None,
+        rope_dim=state["rope_dim"] if mla else None, q_lora_rank=state["q_lora"] or None)
 
 
 # ------------------------------------------------------------------------- grids (readable ids)
 MEMORY_GRID = [
-    memory_state(B, N, d, H, dtype, dropout)
-    for B, N, (d, H), dtype, dropout in itertools.product(
+    memory_state(B, N, d, H, dtype, dropout, saved, mask)
+    for B, N, (d, H), dtype, dropout, (saved, mask) in itertools.product(
         (1, 3), (1, 63, 256, 4096, 131072), ((64, 4), (60, 5), (3072, 24), (8192, 64)),
-        ("fp32", "bf16", "fp8"), (True, False))
+        ("fp32", "bf16", "fp8"), (True, False),
+        (("teaching", "dtype"), ("autograd", "dtype"), ("autograd", "bool")))
 ]
 FLOPS_GRID = [
     flops_state(N, d, H, ffn, causal, mult)
@@ -54,12 +67,13 @@ FLOPS_GRID = [
         ("mlp", "swiglu"), (False, True), (4.0, 3.5, 2.6875))
 ]
 EXPLORER_GRID = [
-    explorer_state(model, N, dtype, causal, dropout)
-    for model, N, dtype, causal, dropout in itertools.product(
-        kv_cache.MODELS, (1, 256, 4096, 131072, 1048576), ("fp32", "bf16"), (False, True), (True,))
+    explorer_state(model, N, dtype, causal, dropout, saved=saved)
+    for model, N, dtype, causal, (dropout, saved) in itertools.product(
+        kv_cache.MODELS, (1, 256, 4096, 131072, 1048576), ("fp32", "bf16"), (False, True),
+        ((True, "teaching"), (False, "autograd")))
 ] + [  # custom shapes: GQA, MQA, windows, odd sizes, batches
-    explorer_state(None, N, "fp8", False, False, B=B, d=d, H=H, H_kv=H_kv, L=L, D=d // H, F=F,
-                   ffn=ffn, window=window, kv_latent=0)
+    explorer_state(None, N, "fp8", False, False, B=B, d=d, H=H, H_kv=H_kv, L=L, D=d // H, D_v=d // H,
+                   F=F, ffn=ffn, window=window, kv_latent=0, rope_dim=0, q_lora=0, mask="bool")
     for N, B, (d, H, H_kv), L, F, ffn, window in [
         (63, 1, (60, 5, 1), 3, 240, "mlp", 0),
         (5000, 2, (4096, 32, 8), 32, 11008, "swiglu", 4096),
@@ -72,50 +86,55 @@ EXPLORER_GRID = [
 def _id(state):
     return ",".join(f"{k}={v}" for k, v in state.items() if k in ("B", "N", "d", "H", "H_kv", "L", "dtype",
                                                                     "dropout", "ffn", "causal", "ffn_mult",
-                                                                    "window"))
+                                                                    "window", "saved", "mask"))
 
 
-# ------------------------------------------------------------------------- spec == library
-def test_spec_is_json_and_covers_the_library_terms():
+# ------------------------------------------------------------------------- values == library
+def test_spec_is_json_and_names_every_symbol():
     spec = W.formula_spec()
     assert json.loads(json.dumps(spec)) == spec  # JSON-able as it is
     assert spec["format"] == W.SPEC_FORMAT
     assert spec["dtype_bytes"] == ledger.DTYPE_BYTES
-    assert {f"ledger.{k}" for k in ledger.LEDGER_TERMS} <= set(spec["expressions"])
-    assert {f"flops.{k}" for k in flops.FLOPS_TERMS} <= set(spec["expressions"])
-    assert {"fused", "kv_cache", "linear_state"} <= set(spec["expressions"])
-    for kind in ("memory", "flops", "explorer"):
+    assert {k: v["b"] for k, v in spec["switches"]["dtype"].items()} == ledger.DTYPE_BYTES
+    for kind, fn in W._generated.FUNCTIONS.items():
         recipe = spec["widgets"][kind]
-        keys = [s["key"] for s in recipe["values"]]
-        assert len(keys) == len(set(keys)), f"{kind}: duplicate value keys"
-        for expr in (n for s in recipe["values"] for n in s.get("of", []) if s["op"] == "sum"):
-            assert expr in spec["expressions"]
-        used = {sym for e in spec["expressions"].values() for _, p in e for sym in p}
-        assert used <= set(spec["symbols"]), "every symbol is documented"
+        set_by_page = set(recipe["inputs"]) | {s for sw in recipe["switches"]
+                                               for opt in spec["switches"][sw].values() for s in opt}
+        env = {name: Fraction(2) for name in set_by_page}
+        fn(env)  # every symbol the formulas need is set by a slider or a menu
+        assert set_by_page <= set(spec["symbols"]), "every symbol is documented"
 
 
 @pytest.mark.parametrize("state", MEMORY_GRID, ids=_id)
-def test_memory_spec_equals_ledger(state):
+def test_memory_values_equal_ledger(state):
     """Each item, the total, the fused side and N* equal attn_core.ledger for the same inputs."""
     v = W.compute_values("memory", state, exact=True)
     B, N, d, H, dtype, dropout = (state[k] for k in ("B", "N", "d", "H", "dtype", "dropout"))
-    items = ledger.activation_ledger(B, N, d, H, dtype, dropout=dropout)
+    autograd = state["saved"] == "autograd"
+    mask_bytes = 1 if state["mask"] == "bool" else None
+    items = ledger.activation_ledger(B, N, d, H, dtype, dropout=dropout, saved=state["saved"],
+                                     mask_bytes=mask_bytes)
     for name, nbytes in items.items():
         assert v[f"item.{name}"] == nbytes, name
+    for name in set(ledger.ITEM_SHAPES) - set(items):
+        assert v[f"item.{name}"] == 0, name
     assert v["total_bytes"] == sum(items.values())
-    assert v["quadratic_bytes"] == items["S"] + items["P"] + items["dropout"]
-    assert v["fused_bytes"] == ledger.fused_activation_bytes(B, N, d, dtype)
-    fused = ledger.fused_activation_bytes(B, N, d, dtype)
-    assert v["eager_over_fused"] == Fraction(sum(items.values()), fused)
-    if dropout:
-        assert float(v["n_star"]) == ledger.memory_crossover(d, H)
+    quad = sum(items[k] for k in ("S", "P", "dropout", "P_drop") if k in items)
+    assert v["quadratic_bytes"] == quad
+    if not autograd:
+        fused = ledger.fused_activation_bytes(B, N, d, dtype)
+        assert v["fused_bytes"] == fused
+        assert v["eager_over_fused"] == Fraction(sum(items.values()), fused)
+    crossover = ledger.memory_crossover(d, H, saved=state["saved"], dropout=dropout, dtype=dtype,
+                                        mask_bytes=mask_bytes)
+    assert float(v["n_star"]) == pytest.approx(crossover, rel=1e-15)
     # at N* the two parts are equal (exactly, the crossover is rational)
     at = W.compute_values("memory", {**state, "N": 1}, exact=True)
     assert at["linear_bytes"] * v["n_star"] == at["quadratic_bytes"] * v["n_star"] ** 2
 
 
 @pytest.mark.parametrize("state", FLOPS_GRID, ids=_id)
-def test_flops_spec_equals_layer_flops(state):
+def test_flops_values_equal_layer_flops(state):
     v = W.compute_values("flops", state, exact=True)
     N, d, ffn, causal, mult = (state[k] for k in ("N", "d", "ffn", "causal", "ffn_mult"))
     linear, quadratic = flops.layer_flops(N, d, ffn=ffn, ffn_mult=mult, causal=causal)
@@ -130,71 +149,57 @@ def test_flops_spec_equals_layer_flops(state):
 
 
 @pytest.mark.parametrize("state", EXPLORER_GRID, ids=_id)
-def test_explorer_spec_equals_library(state):
+def test_explorer_values_equal_library(state):
     v = W.compute_values("explorer", state, exact=True)
-    N, d, H, L, D, dtype = (state[k] for k in ("N", "d", "H", "L", "D", "dtype"))
+    N, H, L, D, dtype = (state[k] for k in ("N", "H", "L", "D", "dtype"))
     b = ledger.DTYPE_BYTES[dtype]
     B = state["B"]
-    # FLOPs of one layer, with this model's FFN
-    mult = state["F"] / d
-    linear, quadratic = flops.layer_flops(N, d, ffn=state["ffn"], ffn_mult=mult, causal=state["causal"])
-    assert math.floor(v["linear_flops"]) == linear and v["quadratic_flops"] == quadratic
-    assert float(v["n_star_flops"]) == flops.flops_crossover(d, ffn=state["ffn"], ffn_mult=mult,
-                                                             causal=state["causal"])
-    # activations: one layer and L layers, eager and fused
-    eager = sum(ledger.activation_ledger(B, N, d, H, dtype, dropout=state["dropout"]).values())
-    fused = ledger.fused_activation_bytes(B, N, d, dtype)
-    assert (v["act_layer_eager"], v["act_layer_fused"]) == (eager, fused)
-    assert (v["act_eager"], v["act_fused"]) == (L * eager, L * fused)
-    if state["dropout"]:
-        assert float(v["n_star_memory"]) == ledger.memory_crossover(d, H)
+    model = config_of(state)
+    # FLOPs of one layer of the model as built (GQA, MLA, its FFN)
+    linear, quadratic = flops.model_layer_flops(model, N, causal=state["causal"])
+    assert (v["linear_flops"], v["quadratic_flops"]) == (linear, quadratic)
+    assert float(v["n_star_flops"]) == flops.model_flops_crossover(model, causal=state["causal"])
+    assert float(v["n_star_flops_attention"]) == flops.model_flops_crossover(
+        model, causal=state["causal"], with_ffn=False)
+    # activations: one layer and L layers, with the model's head dims
+    d_qk = D + state["rope_dim"]
+    items = ledger.activation_ledger(B, N, state["d"], H, dtype, dropout=state["dropout"],
+                                     saved=state["saved"], num_kv_heads=state["H_kv"], d_head=d_qk,
+                                     d_v=state["D_v"], mask_bytes=1 if state["mask"] == "bool" else None)
+    eager = sum(items.values())
+    assert v["act_layer_eager"] == eager and v["act_eager"] == L * eager
     # KV cache and the linear-attention state
-    window = state["window"] or None
-    if state["kv_latent"]:
-        m = next(m for m in kv_cache.MODELS.values() if W.model_traits(m) == {
-            k: state[k] for k in W.model_traits(m)})
-        assert v["kv_cache_bytes"] == m.kv_bytes(N, batch=B, bytes_per_value=b)
-        assert v["kv_bytes_per_token"] == m.kv_bytes_per_token(b)
-    else:
-        assert v["kv_cache_bytes"] == kv_cache.kv_cache_bytes(L, state["H_kv"], D, N, batch=B, window=window,
-                                                              bytes_per_value=b)
-        assert v["kv_bytes_per_token"] == kv_cache.kv_cache_bytes_per_token(L, state["H_kv"], D, b)
-    assert v["linear_state_bytes"] == kv_cache.linear_state_bytes(L, H, D, batch=B, bytes_per_value=b)
+    assert v["kv_cache_bytes"] == model.kv_bytes(N, batch=B, bytes_per_value=b)
+    assert v["kv_bytes_per_token"] == model.kv_bytes_per_token(b)
+    assert v["linear_state_bytes"] == kv_cache.linear_state_bytes(L, H, D, state["D_v"], batch=B,
+                                                                  bytes_per_value=b)
     # the KV cache (without a window) equals the state at n_star_kv_state
     assert v["n_star_kv_state"] * v["kv_bytes_per_token"] * B == v["linear_state_bytes"]
 
 
 @pytest.mark.parametrize("name", list(kv_cache.MODELS))
 def test_presets_match_model_configs(name):
-    """Each preset's KV cache equals ModelConfig.kv_bytes (window and MLA included)."""
+    """Each preset's KV cache and FLOPs equal its ModelConfig (window, GQA and MLA included)."""
     m = kv_cache.MODELS[name]
+    assert config_of(explorer_state(name)).attention_params() == m.attention_params()
     for N in (1, 4096, 131072):
         v = W.compute_values("explorer", explorer_state(name, N))
         assert v["kv_cache_bytes"] == m.kv_bytes(N)
         assert v["kv_bytes_per_token"] == m.kv_bytes_per_token()
+        assert (v["linear_flops"], v["quadratic_flops"]) == flops.model_layer_flops(m, N)
 
 
-def test_seed_numbers_through_the_widgets():
-    """Seed 003: 2,566,914,048 bytes at N = 4096, 17x fused, N* = 256; FLOPs N* = 6d = 18432, 2d = 6144."""
+def test_worked_example_through_the_widgets():
+    """The 3.6B worked example: 2,566,914,048 bytes at N = 4096, 17x fused, N* = 256; FLOPs N* 18432, 6144."""
     v = W.MemoryLedgerWidget().values
     assert (v["total_bytes"], v["eager_over_fused"], v["n_star"]) == (2_566_914_048, 17, 256)
     assert round(100 * v["quadratic_share"], 1) == 94.1
     f = W.FlopsWidget().values
     assert (f["n_star"], f["n_star_attention"]) == (18432, 6144)
     assert round(100 * f["quadratic_share"], 1) == 18.2
-
-
-def test_crossover_helper():
-    lin = [[6, {"N": 1, "d": 1}]]
-    quad = [[3, {"N": 2, "H": 1}]]
-    assert W.crossover(lin, quad, "N", {"d": Fraction(3072), "H": Fraction(24)}) == 256
-    assert W.crossover(lin, [[0, {"N": 2}]], "N", {"d": Fraction(1)}) is None
-    cube = [[1, {"N": 3}]]
-    assert W.crossover([[8, {}]], cube, "N", {}) == 2  # non-unit power gap
-    with pytest.raises(ValueError, match="power"):
-        W.crossover(lin + quad, quad, "N", {"d": Fraction(1), "H": Fraction(1)})
-    with pytest.raises(ValueError, match="grow faster"):
-        W.crossover(quad, lin, "N", {"d": Fraction(1), "H": Fraction(1)})
+    # as autograd saves it, without dropout: one N x N tensor against five linear ones, N* = 5d/H
+    a = W.MemoryLedgerWidget(saved="autograd", dropout=False).values
+    assert a["n_star"] == 640
 
 
 # ------------------------------------------------------------------------- widgets: traits -> values
@@ -209,7 +214,9 @@ def test_memory_widget_values_follow_traits():
     w.dtype, w.dropout = "fp32", False
     items = ledger.activation_ledger(1, 8192, 4096, 32, "fp32", dropout=False)
     assert w.values == W.compute_values("memory", w.state())
-    assert {k[5:]: v for k, v in w.values.items() if k.startswith("item.")} == items
+    shown = {k[5:]: v for k, v in w.values.items() if k.startswith("item.")}
+    assert {k: v for k, v in shown.items() if k in items} == items
+    assert all(v == 0 for k, v in shown.items() if k not in items)  # the autograd-only items
     assert w.values["n_star"] == 3 * 4096 / 32  # without dropout: 4 B N d b... 6 B N d = 2 B H N^2
     assert len(seen) >= 4
     with pytest.raises(traitlets.TraitError):
@@ -384,11 +391,13 @@ def _evaluator_source() -> str:
     return m.group(1)
 
 
-def test_js_evaluator_has_no_formulas():
-    """The JS evaluator is generic: it names no symbol of the formulas, only the spec's structure."""
+def test_js_outside_the_generated_block_has_no_formulas():
+    """What is written by hand in the evaluator only looks up inputs and menus; the formulas are generated."""
     src = _evaluator_source()
-    for literal in ('"N"', '"d"', '"H"', '"b"', "3072", "24 *", "6 *"):
-        assert literal not in src
+    begin, end = formulas.JS_BEGIN, formulas.JS_END
+    hand = src[:src.index(begin)] + src[src.index(end) + len(end):]
+    for literal in ('"N"', '"d"', '"H"', '"b"', "3072", "24 *", "6 *", "Math.pow"):
+        assert literal not in hand
 
 
 NODE = shutil.which("node")

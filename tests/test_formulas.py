@@ -1,0 +1,102 @@
+"""attn_core.formulas: one SymPy source, its generated code up to date, equal to the plain functions.
+
+The widgets' grids (tests/test_widgets.py) check the generated code against the library
+end to end; here: the generated files are what the expressions print today, sympy.solve
+derives the book's crossovers, and the general expressions (GQA, MLA head dims, the causal
+mask) equal the plain integer functions of attn_core.ledger, attn_core.flops and kv_cache.
+"""
+
+import itertools
+from fractions import Fraction
+
+import pytest
+import sympy as sp
+
+from attn_core import _generated, flops, formulas, kv_cache, ledger
+
+S = formulas  # the symbols live in the module: S.N, S.d, ...
+
+
+@pytest.fixture(scope="module")
+def values():
+    return formulas.widget_values()
+
+
+def test_generated_files_are_up_to_date():
+    """attn_core/_generated.py and the block in ledger_widgets.js are what the expressions print now."""
+    assert formulas.GENERATED_PY.read_text() == formulas.generated_python(), "run `make formulas`"
+    js = formulas.WIDGETS_JS.read_text()
+    block = js[js.index(formulas.JS_BEGIN):js.index(formulas.JS_END) + len(formulas.JS_END)]
+    assert block == formulas.generated_javascript(), "run `make formulas`"
+    assert set(_generated.FUNCTIONS) == {"memory", "flops", "explorer"}
+
+
+def test_solve_derives_the_book_crossovers(values):
+    """sympy.solve on the ledgers gives N* = 2d/H, 3d/H, 5d/H (memory) and 6d, 2d (FLOPs)."""
+    d, H = S.d, S.H
+    mem = values["memory"]["n_star"]
+    teaching = {S.a_saved: 0, S.b: 2, S.u_mask: 0}
+    assert sp.simplify(mem.subs({**teaching, S.k_drop: 1}) - 2 * d / H) == 0
+    assert sp.simplify(mem.subs({**teaching, S.k_drop: 0}) - 3 * d / H) == 0
+    assert sp.simplify(mem.subs({S.a_saved: 1, S.k_drop: 0, S.b: 2, S.u_mask: 0}) - 5 * d / H) == 0
+    fl = values["flops"]
+    mlp = {S.m_ffn: 2, S.f_ffn: 4, S.c_causal: 1}
+    assert sp.simplify(fl["n_star"].subs(mlp) - 6 * d) == 0
+    assert sp.simplify(fl["n_star_attention"].subs(mlp) - 2 * d) == 0
+    assert sp.simplify(fl["n_star"].subs({**mlp, S.c_causal: sp.Rational(1, 2)}) - 12 * d) == 0
+
+
+GRID = list(itertools.product((1, 3), (7, 64, 4096), ((64, 4, 4, 16, 16), (4096, 32, 8, 128, 128),
+                                                       (5120, 128, 128, 192, 128), (60, 6, 2, 7, 9)),
+                              ("teaching", "autograd"), (True, False), (False, True), (None, 1)))
+
+
+@pytest.mark.parametrize("B, N, dims, saved, dropout, causal, mask_bytes", GRID, ids=str)
+def test_memory_items_equal_activation_ledger(B, N, dims, saved, dropout, causal, mask_bytes):
+    d, H, H_kv, D_qk, D_v = dims
+    env = {S.B: B, S.N: N, S.d: d, S.H: H, S.H_kv: H_kv, S.D: D_qk, S.D_r: 0, S.D_v: D_v, S.b: 2,
+           S.k_drop: int(dropout), S.a_saved: int(saved == "autograd"), S.u_mask: int(mask_bytes == 1),
+           S.c_mask: int(causal)}
+    book = ledger.activation_ledger(B, N, d, H, "bf16", dropout, saved=saved, mask_bytes=mask_bytes,
+                                    causal=causal, num_kv_heads=H_kv, d_head=D_qk, d_v=D_v)
+    for name, expr in formulas.memory_items().items():
+        assert expr.subs(env) == book.get(name, 0), name
+
+
+@pytest.mark.parametrize("name", list(kv_cache.MODELS))
+def test_model_expressions_equal_model_config(name):
+    """Attention weights, layer FLOPs and the KV cache of each preset, expression against ModelConfig."""
+    m = kv_cache.MODELS[name]
+    mla = m.is_mla
+    env = {S.d: m.d_model, S.H: m.num_heads, S.H_kv: m.num_kv_heads, S.D: m.d_head, S.D_v: m.d_v or m.d_head,
+           S.D_r: m.rope_dim or 0, S.R: (m.kv_lora_rank + m.rope_dim) if mla else 0,
+           S.Q_r: m.q_lora_rank or 0,
+           S.F: m.ffn_dim, S.m_ffn: {"mlp": 2, "swiglu": 3}[m.ffn], S.w_ffn: 1, S.L: m.num_layers,
+           S.W: m.window or 0, S.B: 2, S.b: 2}
+    assert formulas.attention_params().subs(env) == m.attention_params()
+    lin, quad = formulas.layer_flops()
+    for N, causal in itertools.product((1, 4096, 100_000), (False, True)):
+        at = {**env, S.N: N, S.c_causal: Fraction(1, 2) if causal else 1}
+        assert (lin.subs(at), quad.subs(at)) == flops.model_layer_flops(m, N, causal=causal)
+        assert formulas.kv_cache_bytes().subs(at) == m.kv_bytes(N, batch=2)
+
+
+def test_plain_layer_flops_and_fused_bytes():
+    """The MHA special case (H_kv = H, D = D_v = d/H) is the 24 N d^2 + 4 N^2 d ledger and six (B, N, d)."""
+    lin, quad = formulas.layer_flops()
+    for N, d, H in ((63, 60, 5), (4096, 3072, 24)):
+        D = Fraction(d, H)
+        env = {S.N: N, S.d: d, S.H: H, S.H_kv: H, S.D: D, S.D_v: D, S.D_r: 0, S.R: 0,
+               S.Q_r: 0, S.F: 4 * d, S.m_ffn: 2, S.w_ffn: 1, S.c_causal: 1, S.B: 2, S.b: 2, S.a_saved: 0}
+        assert (lin.subs(env), quad.subs(env)) == flops.layer_flops(N, d)
+        assert formulas.fused_bytes().subs(env) == ledger.fused_activation_bytes(2, N, d, "bf16")
+
+
+def test_python_and_javascript_printers():
+    """The printers keep 1/2 exact in Python and give null for a division by zero."""
+    x = sp.Symbol("x")
+    fn = formulas.python_function({"half": x / 2, "inv": 1 / x})
+    assert fn({"x": Fraction(3)}) == {"half": Fraction(3, 2), "inv": Fraction(1, 3)}
+    assert fn({"x": Fraction(0)})["inv"] is None
+    js = formulas.javascript_source("f", {"half": x / 2})
+    assert "Number.isFinite" in js and "function f(env)" in js
