@@ -69,21 +69,103 @@ def test_only_timings_and_widgets_skip_nbval(path):
             assert IGNORE_OK.search(source), f"{path.name}: a cell skips comparison, no timing:\n{source}"
 
 
+def _is_chapter(path: Path) -> bool:
+    return path.stem[:2].isdigit() and int(path.stem[:2]) < 90
+
+
+CHAPTERS = [p for p in NOTEBOOKS if _is_chapter(p)]
+EXERCISES = re.compile(r"^## Exercises\s*$", re.M)
+HIDDEN_CELL = {"hide-cell", "remove-cell"}
+SOLUTION_WORD = re.compile(r"\b(Solutions?|Answers?)\b")
+DIRECTIVE = re.compile(r"^\s*(?P<fence>:{3,}|`{3,})\s*(?P<name>\{[^}]*\})?")
+
+
+def _after_exercises(cells: list[dict]) -> list[tuple[dict, str]]:
+    """(cell, text) for the cells from the `## Exercises` heading on (text: from the heading on)."""
+    for k, c in enumerate(cells):
+        m = EXERCISES.search("".join(c["source"])) if c["cell_type"] == "markdown" else None
+        if m:
+            rest = [(d, "".join(d["source"])) for d in cells[k + 1:]]
+            return [(c, "".join(c["source"])[m.start():])] + rest
+    return []
+
+
+def words_outside_dropdowns(text: str) -> list[str]:
+    """Lines of MyST markdown that say Solution/Answer outside a dropdown admonition.
+
+    A dropdown admonition is ``:::{admonition} Title`` (or the backtick form) whose option lines
+    include ``:class: dropdown``; its title and body may say anything.
+    """
+    lines = text.splitlines()
+    stack: list[tuple[str, bool]] = []  # open directives: (fence, is a dropdown)
+    found = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = DIRECTIVE.match(line)
+        if m and m.group("name"):
+            options = []
+            j = i + 1
+            while j < len(lines) and re.match(r"^\s*:[\w-]+:", lines[j]):
+                options.append(lines[j])
+                j += 1
+            dropdown = m.group("name") == "{admonition}" and any(
+                re.match(r"^\s*:class:.*\bdropdown\b", o) for o in options)
+            stack.append((m.group("fence"), dropdown or any(d for _, d in stack)))
+            if not stack[-1][1] and SOLUTION_WORD.search(line):
+                found.append(line)
+            i = j
+            continue
+        if m and stack and line.strip() == m.group("fence") and m.group("fence")[0] == stack[-1][0][0]:
+            stack.pop()
+        elif not (stack and stack[-1][1]) and SOLUTION_WORD.search(line):
+            found.append(line)
+        i += 1
+    return found
+
+
+def test_solution_words_found_outside_dropdowns_only():
+    """The checker of the next test: a solution in a dropdown passes, one under the question fails."""
+    hidden = ":::{admonition} Solution\n:class: dropdown\nThe answer is 42.\n:::\n"
+    assert words_outside_dropdowns("**1.** What is it?\n\n" + hidden) == []
+    assert words_outside_dropdowns("````{admonition} Answer\n:class: dropdown\nAnswer: 42\n````") == []
+    assert words_outside_dropdowns(":::{admonition} Solution\nAnswer: 42.\n:::") != []
+    assert words_outside_dropdowns(hidden + "**Solution.** It is 42.") == ["**Solution.** It is 42."]
+    assert words_outside_dropdowns(":::{note}\nAnswer: 42\n:::") == ["Answer: 42"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_one_title_and_exercises(path):
-    """One H1 title, and an Exercises section whose solutions are hidden code cells."""
+    """One H1 title; a chapter ends with an Exercises section."""
     cells = _load(path)["cells"]
     markdown = ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
     titles = [line for text in markdown for line in text.splitlines() if line.startswith("# ")]
     assert len(titles) == 1, titles
-    if path.stem[:2].isdigit() and int(path.stem[:2]) < 90:
-        assert any(text.startswith("## Exercises") for text in markdown), f"{path.name} has no exercises"
-        hidden = [
-            c for c in cells
-            if c["cell_type"] == "code" and "hide-input" in c["metadata"].get("tags", [])
-            and "".join(c["source"]).lstrip().startswith("# Solution")
-        ]
-        assert hidden, f"{path.name}: solutions must be code cells tagged hide-input starting '# Solution'"
+    if _is_chapter(path):
+        assert _after_exercises(cells), f"{path.name} has no '## Exercises' heading"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_exercises_hide_their_answers(path):
+    """After `## Exercises`, every code cell is tagged hide-cell (input and output hidden until the
+    reader opens it) and prose says Solution/Answer only inside a dropdown admonition."""
+    after = _after_exercises(_load(path)["cells"])
+    assert after, f"{path.name} has no '## Exercises' heading"
+    shown = [
+        "".join(c["source"])[:120] for c, text in after
+        if c["cell_type"] == "code" and text.strip()
+        and not HIDDEN_CELL & set(c["metadata"].get("tags", []))
+    ]
+    assert not shown, (f"{path.name}: code cells after '## Exercises' must be tagged hide-cell:\n"
+                       + "\n---\n".join(shown))
+    told = [line for c, text in after if c["cell_type"] == "markdown"
+            for line in words_outside_dropdowns(text)]
+    assert not told, (f"{path.name}: a solution outside a ':::{{admonition}} Solution' "
+                      f"with ':class: dropdown':\n" + "\n".join(told))
+    hidden = [c for c, text in after
+              if c["cell_type"] == "code" and "hide-cell" in c["metadata"].get("tags", [])]
+    dropdowns = [text for c, text in after if c["cell_type"] == "markdown" and ":class: dropdown" in text]
+    assert hidden or dropdowns, f"{path.name}: the exercises have no hidden solution"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
