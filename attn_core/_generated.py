@@ -236,3 +236,6 @@ def explorer(env):
 
 
 FUNCTIONS = {'memory': memory, 'flops': flops, 'explorer': explorer}
+
+# the memory ledger's items, in order, and their power of N
+MEMORY_ITEMS = [('X', 'linear'), ('Q', 'linear'), ('K', 'linear'), ('V', 'linear'), ('S', 'quadratic'), ('P', 'quadratic'), ('dropout', 'quadratic'), ('P_drop', 'quadratic'), ('ctx', 'linear'), ('mask', 'quadratic'), ('O', 'linear')]

@@ -1,0 +1,52 @@
+"""matplotlib helpers for the widgets' ``figure()``: byte and token axes, marks, colours."""
+
+from __future__ import annotations
+
+from ._spec import _BINARY_UNITS, fmt_bytes, fmt_tokens
+
+# ------------------------------------------------------------------------- matplotlib helpers
+_ITEM_COLORS = {"X": "#1b4965", "Q": "#2e86ab", "K": "#5fa8d3", "V": "#89c2d9", "ctx": "#62b6cb",
+                "O": "#a9d6e5", "S": "#d1495b", "P": "#edae49", "dropout": "#f4a259",
+                "P_drop": "#b5838d", "mask": "#6d597a"}
+
+
+def _byte_unit(x: float) -> tuple[str, int]:
+    for unit, scale in _BINARY_UNITS:
+        if x >= scale:
+            return unit, scale
+    return "bytes", 1
+
+
+def _bytes_axis(ax) -> None:
+    """Ticks at powers of 1024 (KiB, MiB, GiB, TiB, PiB) on a log bytes axis."""
+    import matplotlib.ticker as mticker
+
+    ax.yaxis.set_major_locator(mticker.LogLocator(base=1024, numticks=12))
+    ax.yaxis.set_minor_locator(mticker.NullLocator())
+    ax.yaxis.set_major_formatter(mticker.FuncFormatter(lambda y, _: fmt_bytes(y).replace(".00", "")))
+
+
+def _tokens_axis(ax) -> None:
+    """Log base-2 N axis labelled 256, 1K, 4K, ... (every factor of 4), with its title."""
+    import matplotlib.ticker as mticker
+
+    ax.set_xlabel("sequence length N (tokens, log scale)")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(mticker.LogLocator(base=4, numticks=12))
+    ax.xaxis.set_minor_locator(mticker.NullLocator())
+    ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda x, _: fmt_tokens(x)))
+
+
+def _share_axis(ax) -> None:
+    """Axes of a quadratic-share panel: N on a log axis, 0..100 %, the 50 % line where N* sits."""
+    ax.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    _tokens_axis(ax)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("quadratic share of forward FLOPs (%)")
+
+
+def _mark(ax, x, label, color, dotted=False, y=0.92) -> None:
+    if x is None:
+        return
+    ax.axvline(x, color=color, linestyle=":" if dotted else "--", linewidth=1)
+    ax.text(x * 1.08, y, label, color=color, fontsize=8, transform=ax.get_xaxis_transform())

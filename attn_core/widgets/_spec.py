@@ -1,0 +1,192 @@
+"""What the widgets share: the spec the page receives, the exact Python evaluation, number formats.
+
+The formulas themselves are SymPy expressions in :mod:`attn_core.formulas`, generated into
+:mod:`attn_core._generated` (Python) and the page's module (JavaScript).
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+from fractions import Fraction
+
+from .. import _generated, _tables, kv_cache, ledger
+
+_STATIC = pathlib.Path(__file__).parents[1] / "static"
+DEFAULT_MODEL = "3.6B worked example (d=3072, H=24)"
+SPEC_FORMAT = "attn_core.formula_spec/2"
+
+# ------------------------------------------------------------------------------------ the spec
+SYMBOLS = _tables.SYMBOLS
+
+
+def _number(x):
+    """A Fraction as a JSON number (int when whole)."""
+    x = Fraction(x)
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def model_traits(model: kv_cache.ModelConfig) -> dict:
+    """The Explorer traits a preset sets: the architecture fields of a ModelConfig."""
+    return {
+        "d": model.d_model,
+        "H": model.num_heads,
+        "H_kv": model.num_kv_heads,
+        "L": model.num_layers,
+        "D": model.d_head,
+        "D_v": model.d_v or model.d_head,
+        "rope_dim": model.rope_dim or 0,
+        "q_lora": model.q_lora_rank or 0,
+        "F": model.ffn_dim,
+        "ffn": model.ffn,
+        "window": model.window or 0,
+        "kv_latent": (model.kv_lora_rank + model.rope_dim) if model.is_mla else 0,
+    }
+
+
+def _ledger_items() -> list[list]:
+    """[name, value key, label, 'linear' | 'quadratic'] for each ledger item, in order."""
+    return [[name, f"item.{name}", ledger.ITEM_SHAPES[name], part] for name, part in _generated.MEMORY_ITEMS]
+
+
+_MEMORY_SWITCHES = {"dtype": "dtype", "dropout": "dropout", "saved": "saved", "mask": "mask"}
+
+
+def _widget_recipes() -> dict:
+    """kind -> which symbol each trait sets: inputs (symbol -> trait), switches (menu -> trait)."""
+    memory = {
+        "inputs": {"B": "B", "N": "N", "d": "d", "H": "H"},
+        "switches": dict(_MEMORY_SWITCHES),
+        "constants": {},
+        "items": _ITEMS,
+    }
+    flops_w = {
+        "inputs": {"N": "N", "d": "d", "H": "H", "f_ffn": "ffn_mult"},
+        "switches": {"ffn": "ffn", "causal": "causal"},
+        "constants": {},
+    }
+    explorer = {
+        "inputs": {"B": "B", "N": "N", "d": "d", "H": "H", "H_kv": "H_kv", "L": "L", "D": "D",
+                   "D_v": "D_v", "D_r": "rope_dim", "Q_r": "q_lora", "F": "F", "W": "window",
+                   "R": "kv_latent"},
+        "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal"},
+        "constants": {},
+    }
+    return {"memory": memory, "flops": flops_w, "explorer": explorer}
+
+
+_ITEMS = _ledger_items()
+
+
+def formula_spec() -> dict:
+    """What the page needs besides the generated formulas, as one JSON-able dict.
+
+    Keys:
+
+    * ``widgets``: kind -> ``inputs`` (symbol -> trait), ``switches`` (menu -> trait) and
+      ``constants``; the memory widget also lists its ``items`` ([name, value key, label, part]).
+    * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core._tables.SWITCHES`;
+      options of booleans are the strings ``"true"`` / ``"false"``).
+    * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits.
+    * ``dtype_bytes``, ``symbols`` (what each symbol means), ``format``.
+
+    The formulas are not in the spec: the page runs the functions SymPy generated into
+    ``static/ledger_widgets.js``, Python the same ones in ``attn_core/_generated.py``.
+    """
+    switches = {sw: {opt: {k: _number(v) for k, v in vals.items()} for opt, vals in options.items()}
+                for sw, options in _tables.SWITCHES.items()}
+    models = {name: {**model_traits(m), "source": m.source} for name, m in kv_cache.MODELS.items()}
+    return {
+        "format": SPEC_FORMAT,
+        "symbols": dict(SYMBOLS),
+        "dtype_bytes": dict(ledger.DTYPE_BYTES),
+        "switches": switches,
+        "widgets": _widget_recipes(),
+        "models": models,
+        "default_model": DEFAULT_MODEL,
+    }
+
+
+# --------------------------------------------------------------------- the evaluator (Python)
+# Python computes exactly (Fractions; a float input is taken at its exact binary value);
+# the page computes the same generated expressions in float64.
+
+def _exact(x) -> Fraction:
+    if isinstance(x, bool):
+        return Fraction(int(x))
+    if isinstance(x, (int, Fraction)):
+        return Fraction(x)
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            raise ValueError(f"symbol values must be finite, got {x!r}")
+        return Fraction(x)
+    raise ValueError(f"symbol values must be numbers, got {x!r}")
+
+
+def _switch_key(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def build_env(recipe: dict, state: dict, spec: dict) -> dict:
+    """Symbol values for a widget recipe and a state (trait name -> value)."""
+    env = {sym: _exact(v) for sym, v in recipe["constants"].items()}
+    for sym, trait in recipe["inputs"].items():
+        env[sym] = _exact(state[trait])
+    for switch, trait in recipe["switches"].items():
+        options = _tables.SWITCHES[switch]
+        key = _switch_key(state[trait])
+        if key not in options:
+            raise ValueError(f"{trait} must be one of {sorted(options)}, got {state[trait]!r}")
+        env.update({sym: _exact(v) for sym, v in options[key].items()})
+    return env
+
+
+def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool = False) -> dict:
+    """The numbers a widget of ``kind`` ("memory", "flops", "explorer") shows for ``state``.
+
+    ``state`` maps trait names to values (e.g. ``{"N": 4096, "d": 3072, ...}``). Values are
+    ints when whole, floats otherwise (Fractions with ``exact=True``), None for a crossover
+    that does not exist.
+    """
+    spec = _SPEC if spec is None else spec
+    raw = _generated.FUNCTIONS[kind](build_env(spec["widgets"][kind], state, spec))
+    raw = {k: (None if v is None else Fraction(v)) for k, v in raw.items()}
+    if exact:
+        return raw
+    return {k: (None if v is None else int(v) if v.denominator == 1 else float(v)) for k, v in raw.items()}
+
+
+_SPEC = formula_spec()
+
+
+# ---------------------------------------------------------------------------- formatting
+_BINARY_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+
+def fmt_bytes(x: float) -> str:
+    """Binary units, as on the page: 2.39 GiB."""
+    for unit, scale in _BINARY_UNITS:
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def fmt_flops(x: float) -> str:
+    """Decimal units: 927.71 GFLOPs."""
+    for unit, scale in (("PFLOPs", 1e15), ("TFLOPs", 1e12), ("GFLOPs", 1e9), ("MFLOPs", 1e6)):
+        if x >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} FLOPs"
+
+
+def fmt_tokens(n: float) -> str:
+    """256, 4K, 128K, 1M (powers of 1024), else the integer with separators."""
+    n = round(n)
+    for suffix, scale in (("M", 1024**2), ("K", 1024)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{suffix}"
+    return f"{n:,}"
+
+
+def _log_grid(lo: float, hi: float, n: int = 121) -> list[float]:
+    a, b = math.log2(lo), math.log2(hi)
+    return [2 ** (a + (b - a) * i / (n - 1)) for i in range(n)]

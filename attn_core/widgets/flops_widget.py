@@ -1,0 +1,99 @@
+"""Chapter 6's widget: linear against quadratic FLOPs of one layer."""
+
+from __future__ import annotations
+
+import math
+
+import traitlets
+
+from .. import flops
+from ._base import _check_divides, _LedgerWidget
+from ._plot import _mark, _share_axis, _tokens_axis
+from ._spec import fmt_flops, fmt_tokens
+
+
+class FlopsWidget(_LedgerWidget):
+    """Chapter 6: linear against quadratic FLOPs of one layer, with sliders.
+
+    ``FlopsWidget(d=3072, H=24, ffn="mlp", causal=False)`` (and ``N=4096``, the marked length)
+
+    Sliders for d and H, the FFN kind (``"mlp"``: two matrices, ``"swiglu"``: three, both of
+    width ``ffn_mult * d``) and causal (a kernel that skips the masked half). It shows the
+    quadratic share of the forward FLOPs against N with the crossovers N* of
+    :func:`attn_core.flops.flops_crossover` marked (6d with the 4d MLP, 2d for the attention
+    block alone), and the linear and quadratic FLOPs of :func:`attn_core.flops.layer_flops` at N.
+    H does not change the FLOPs (H N^2 D = N^2 d); it sets the head dimension D = d/H.
+
+    Traits (synced): ``d``, ``H``, ``ffn``, ``causal``, ``N``, ``ffn_mult`` (4, no slider).
+    ``values`` (read-only): ``linear_flops``, ``quadratic_flops``, ``total_flops``,
+    ``quadratic_share``, ``n_star``, ``linear_flops_attention``, ``total_flops_attention``,
+    ``quadratic_share_attention``, ``n_star_attention``, ``d_head``. ``figure()`` draws the same
+    figure with matplotlib. In Colab, run
+    ``from google.colab import output; output.enable_custom_widget_manager()`` once if the widget
+    does not appear.
+    """
+
+    _kind = "flops"
+    _inputs = ("N", "d", "H", "ffn", "causal", "ffn_mult")
+
+    N = traitlets.Int(4096, min=1).tag(sync=True)
+    d = traitlets.Int(3072, min=1).tag(sync=True)
+    H = traitlets.Int(24, min=1).tag(sync=True)
+    ffn = traitlets.Enum(list(flops.FFN_MATRICES), default_value="mlp").tag(sync=True)
+    causal = traitlets.Bool(False).tag(sync=True)
+    ffn_mult = traitlets.Float(4.0).tag(sync=True)
+
+    def __init__(self, d: int = 3072, H: int = 24, ffn: str = "mlp", causal: bool = False,
+                 N: int = 4096, **kwargs):
+        super().__init__(d=d, H=H, ffn=ffn, causal=causal, N=N, **kwargs)
+
+    @traitlets.validate("H")
+    def _valid_H(self, proposal):
+        _check_divides(self, "H", "d", proposal["value"], self.d, "H")
+        return proposal["value"]
+
+    @traitlets.validate("d")
+    def _valid_d(self, proposal):
+        _check_divides(self, "H", "d", self.H, proposal["value"], "d")
+        return proposal["value"]
+
+    @traitlets.validate("ffn_mult")
+    def _valid_ffn_mult(self, proposal):
+        x = proposal["value"]
+        if not (math.isfinite(x) and x > 0):
+            raise traitlets.TraitError(f"ffn_mult must be a positive number, got {x!r}")
+        return x
+
+    def figure(self, n_range: tuple[int, int] = (256, 1048576)):
+        """The widget's figure with matplotlib: FLOPs and the quadratic share against N."""
+        import matplotlib.pyplot as plt
+
+        v = self.values
+        ns, pts = self._sweep(n_range)
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+        ax1.loglog(ns, [p["linear_flops"] for p in pts], color="#2e86ab",
+                   label=f"linear: projections + {self.ffn} FFN")
+        ax1.loglog(ns, [p["quadratic_flops"] for p in pts], color="#d1495b",
+                   label="quadratic: QK^T and PV" + (" (causal)" if self.causal else ""))
+        _mark(ax1, v["n_star"], f"N* = {v['n_star']:,.0f}", "#d1495b")
+        _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True)
+        _tokens_axis(ax1)
+        ax1.set_ylabel("forward FLOPs, one layer (log scale)")
+        ax1.set_title(f"d = {self.d}: {fmt_flops(v['linear_flops'])} linear, "
+                      f"{fmt_flops(v['quadratic_flops'])} quadratic at N = {fmt_tokens(self.N)}",
+                      fontsize=10)
+        ax1.legend(fontsize=8, frameon=False)
+        ax1.grid(True, which="major", alpha=0.3)
+        ax2.semilogx(ns, [100 * p["quadratic_share"] for p in pts], color="#d1495b",
+                     label="whole layer (with FFN)")
+        ax2.semilogx(ns, [100 * p["quadratic_share_attention"] for p in pts], color="#f4a259",
+                     linestyle="--", label="attention block alone")
+        _mark(ax2, v["n_star"], f"N* = {v['n_star']:,.0f}", "#d1495b")
+        _mark(ax2, v["n_star_attention"], f"N* = {v['n_star_attention']:,.0f}", "#f4a259", y=0.12)
+        _share_axis(ax2)
+        ax2.set_title(f"ffn = {self.ffn}, causal = {self.causal}, H = {self.H} (D = {v['d_head']:g})",
+                      fontsize=10)
+        ax2.legend(fontsize=8, frameon=False, loc="upper left")
+        ax2.grid(True, which="major", alpha=0.3)
+        fig.tight_layout()
+        return fig
