@@ -24,7 +24,8 @@ from urllib.parse import urlparse
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-HTML = ROOT / "_build" / "html"
+# the built site: _build/html, or the folder named by BOOK_HTML (to check another build)
+HTML = Path(os.environ.get("BOOK_HTML", ROOT / "_build" / "html"))
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -235,5 +236,113 @@ def test_widget_page_opened_from_disk(page, browser):
         _nudge(w.page, slider)
         assert _assert_matches_python(handle, w.page) != before
         assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
+
+
+# ----------------------------------------------------------------------------- exercises
+def _exercise_pages() -> list[Path]:
+    return [p for p in _chapter_pages() if p.stem[:2].isdigit() and int(p.stem[:2]) < 90]
+
+
+def _visible(locator) -> list[bool]:
+    return [locator.nth(k).is_visible() for k in range(locator.count())]
+
+
+@pytest.mark.parametrize("page", _exercise_pages(), ids=_rel)
+def test_exercise_solutions_hidden_until_clicked(page, browser, server):
+    """Under Exercises, solution code (hide-cell: input and output) and dropdown solutions are
+    closed when the page opens, and open with one click."""
+    w = PageWatch(browser, server)
+    try:
+        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
+        w.page.wait_for_load_state("networkidle")
+        section = w.page.locator("section#exercises")
+        assert section.count() == 1, "no Exercises section"
+        cells = section.locator("div.cell")
+        for k in range(cells.count()):
+            classes = cells.nth(k).get_attribute("class").split()
+            assert "tag_hide-cell" in classes, f"a code cell under Exercises is not hidden: {classes}"
+        toggles = section.locator("div.cell.tag_hide-cell")
+        dropdowns = section.locator("div.dropdown.admonition")
+        assert toggles.count() + dropdowns.count() > 0, "the exercises have no hidden solution"
+        for k in range(toggles.count()):
+            cell = toggles.nth(k)
+            body = cell.locator(".cell_input, .cell_output")
+            assert body.count() > 0 and not any(_visible(body)), "solution code visible before a click"
+            cell.locator("summary").first.click()
+            assert all(_visible(cell.locator(".cell_input"))), "solution code not shown after a click"
+            outputs = cell.locator(".cell_output")
+            for j in range(outputs.count()):
+                if outputs.nth(j).inner_text().strip():
+                    assert outputs.nth(j).is_visible(), "solution output not shown after a click"
+        for k in range(dropdowns.count()):
+            box = dropdowns.nth(k)
+            body = box.locator(":scope > :not(.admonition-title)")
+            assert body.count() > 0 and not any(_visible(body)), "dropdown solution visible before a click"
+            box.locator(":scope > .admonition-title").click()
+            assert any(_visible(body)), "dropdown solution not shown after a click"
+        assert w.errors == [], w.errors
+    finally:
+        w.page.close()
+
+
+# ----------------------------------------------------------------------------- the page's chrome
+WIDTHS = [1400, 1000, 768, 500]
+SEARCH = "input[type=search], .search-button-field, .search-button, form.bd-search"
+HEADER_REPORT = """
+() => {
+  const shown = e => { const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+    return r.width > 0 && r.height > 0 && s.visibility !== 'hidden' && s.display !== 'none'; };
+  const headers = [...document.querySelectorAll('header, .bd-header')].filter(shown);
+  return headers.map(h => ({
+    height: Math.round(h.getBoundingClientRect().height),
+    // what the band shows besides search controls and sidebar toggles
+    content: [...h.querySelectorAll('a, img, svg, p, span, h1, h2, h3, li')].filter(e => shown(e)
+      && !e.closest('.search-button-field, .search-button, form.bd-search, .sidebar-toggle')
+      && (e.textContent.trim() || ['IMG', 'svg'].includes(e.tagName))).length,
+  }));
+}
+"""
+TITLE_COUNT = """
+title => [...document.querySelectorAll('body *')].filter(e => {
+  const r = e.getBoundingClientRect(), s = getComputedStyle(e);
+  return r.width > 0 && r.height > 0 && s.visibility !== 'hidden'
+    && e.textContent.trim() === title
+    && ![...e.children].some(c => c.textContent.trim() === title);
+}).length
+"""
+
+
+def _chrome_pages() -> list[Path]:
+    pages = [HTML / "book" / "intro.html"] + _exercise_pages()[:1]  # index.html only redirects
+    return [p for p in pages if p.exists()]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", _chrome_pages(), ids=_rel)
+def test_one_search_box_no_empty_header_band(page, width, browser, server):
+    """At every width: one visible search box (or search button), the book's title shown at most
+    once, and no header band that shows nothing but a search box."""
+    import yaml
+
+    title = yaml.safe_load((ROOT / "_config.yml").read_text())["title"]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    w = PageWatch(browser, server)
+    try:
+        w.page.set_viewport_size({"width": width, "height": 800})
+        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
+        w.page.wait_for_load_state("networkidle")
+        w.page.screenshot(path=str(SHOTS / f"chrome_{page.stem}_{width}.png"))
+        search = w.page.locator(SEARCH)
+        shown = [search.nth(k) for k in range(search.count()) if search.nth(k).is_visible()]
+        # a search control nested in another counts once
+        outer = [s for s in shown if not any(
+            o != s and o.evaluate("(a, b) => a.contains(b)", s.element_handle()) for o in shown)]
+        assert len(outer) == 1, f"{len(outer)} search boxes visible at {width} px"
+        assert w.page.evaluate(TITLE_COUNT, title) <= 1, f"the title {title!r} repeats at {width} px"
+        bands = w.page.evaluate(HEADER_REPORT)
+        empty = [b for b in bands if b["height"] > 0 and b["content"] == 0]
+        assert not empty, f"an empty header band at {width} px: {bands}"
     finally:
         w.page.close()
