@@ -8,6 +8,11 @@ Each page is served from _build/html on 127.0.0.1. A request to any other host i
 the test, so the book must work with no network. On widget pages each slider is moved with the
 keyboard; the numbers the page then shows must change and equal what attn_core computes in Python
 for the same inputs. A screenshot of every widget page is saved under _build/screenshots/.
+
+Exercise solutions (hide-cell code, dropdown admonitions) must be closed until clicked. At several
+widths a page shows one search box, the book's title at most once, and no empty header band (the
+look of sphinx-book-theme 1.3.0 with pydata-sphinx-theme 0.17.1; constraints.txt pins 1.2.0/0.16.1).
+Set BOOK_HTML to check a build elsewhere than _build/html.
 """
 
 from __future__ import annotations
