@@ -44,6 +44,11 @@ __all__ = [
     "segment_sum",
     "DEFAULT_CHUNK",
     "DEFAULT_GATED_CHUNK",
+    "delta_rule_recurrent",
+    "delta_rule_chunked",
+    "gated_delta_rule_recurrent",
+    "gated_delta_rule_chunked",
+    "DEFAULT_DELTA_CHUNK",
 ]
 
 # Default chunk sizes C, each the fastest of C = 16 ... 128 in `make bench` (bench/run.py) on
@@ -55,23 +60,42 @@ SCAN_BLOCK = 16  # chunks per block of _chunk_states' scan (also the fastest by 
 
 
 # --------------------------------------------------------------------------- checks
-def _check_gamma(gamma, q: torch.Tensor) -> torch.Tensor:
-    """gamma must be (..., N), broadcastable to q's leading dims, values in (0, 1]."""
+def _check_gamma(gamma, q: torch.Tensor, vector_ok: bool = False) -> torch.Tensor:
+    """gamma must be (..., N), broadcastable to q's leading dims, values in (0, 1].
+
+    With ``vector_ok``, gamma may also be a vector gate (..., N, D_k), one gate per key
+    dimension: it is one when it has at least as many dims as q and its dim -2 is N.
+    """
     _checks.tensor("gamma", gamma, min_dim=1)
-    n = q.shape[-2]
-    if gamma.shape[-1] != n:
-        raise ValueError(f"gamma must have shape (..., N) with N = {n}, got {tuple(gamma.shape)}")
+    n, d_k = q.shape[-2], q.shape[-1]
+    if vector_ok and _is_vector_gate(gamma, q):
+        if gamma.shape[-1] != d_k:
+            raise ValueError(
+                f"gamma as a vector gate must have shape (..., N, D_k) with D_k = {d_k} (q's last dim), "
+                f"got {tuple(gamma.shape)}"
+            )
+        target = q.shape
+    else:
+        if gamma.shape[-1] != n:
+            vec = f", or (..., N, D_k) with as many dims as q {tuple(q.shape)}" if vector_ok else ""
+            raise ValueError(f"gamma must have shape (..., N) with N = {n}{vec}, got {tuple(gamma.shape)}")
+        target = q.shape[:-1]
     try:
-        torch.broadcast_shapes(gamma.shape, q.shape[:-1])
+        torch.broadcast_shapes(gamma.shape, target)
     except RuntimeError:
         raise ValueError(
-            f"gamma of shape {tuple(gamma.shape)} does not broadcast to q's (..., N) = {tuple(q.shape[:-1])}"
+            f"gamma of shape {tuple(gamma.shape)} does not broadcast to q's {tuple(target)}"
         ) from None
     if gamma.device.type != "meta" and not bool(((gamma > 0) & (gamma <= 1)).all()):
         raise ValueError(
             f"gamma must lie in (0, 1], got min {gamma.min().item():.3g}, max {gamma.max().item():.3g}"
         )
     return gamma
+
+
+def _is_vector_gate(gamma: torch.Tensor, q: torch.Tensor) -> bool:
+    """A vector gate (..., N, D_k) has at least as many dims as q and N in its dim -2."""
+    return gamma.dim() >= q.dim() and gamma.shape[-2] == q.shape[-2]
 
 
 def _check_chunk(chunk) -> int:
@@ -239,11 +263,17 @@ def gated_linear_attention_parallel(
 
     Unrolling M_t = gamma_t M_{t-1} + k_t v_t^T gives
     y_t = sum_{s<=t} D[t, s] (q_t . k_s) v_s. D is built in log space by
-    :func:`segment_sum`.
-    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
+    :func:`segment_sum`. A vector gate (..., N, D_k) decays each key dimension i on its own,
+    M_t = diag(gamma_t) M_{t-1} + k_t v_t^T, so y_t = sum_{s<=t} sum_i q_ti k_si D_i[t, s] v_s:
+    one decay matrix per key dimension, (..., D_k, N, N) of memory.
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v).
     """
     _checks.qkv(q, k, v)
-    gamma = _check_gamma(gamma, q)
+    gamma = _check_gamma(gamma, q, vector_ok=True)
+    if _is_vector_gate(gamma, q):
+        decay = torch.exp(segment_sum(_log_gamma(gamma, q.dtype).mT)).to(q.dtype)  # (..., D_k, N, N)
+        scores = torch.einsum("...ti,...si,...its->...ts", q, k, decay)  # (..., N, N)
+        return scores @ v  # (..., N, D_v)
     decay = torch.exp(segment_sum(_log_gamma(gamma, q.dtype)))  # (..., N, N), 0 above diagonal
     scores = (q @ k.transpose(-2, -1)) * decay.to(q.dtype)  # (..., N, N)
     return scores @ v  # (..., N, D_v)
@@ -254,21 +284,50 @@ def gated_linear_attention_recurrent(
 ) -> torch.Tensor:
     """Recurrent gated form: M_t = gamma_t M_{t-1} + k_t v_t^T, y_t = M_t^T q_t.
 
-    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or None (= 1)
-    -> (..., N, D_v). One token at a time through :func:`linear_attention_step`.
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N), (..., N, D_k) (a vector gate:
+    M_t = diag(gamma_t) M_{t-1} + k_t v_t^T) or None (= 1) -> (..., N, D_v). One token at a
+    time, through :func:`linear_attention_step` for a scalar gate.
     """
     n, d_k, d_v = _checks.qkv(q, k, v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    vector = False
     if gamma is not None:
-        gamma = _check_gamma(gamma, q)
-        lead = torch.broadcast_shapes(lead, gamma.shape[:-1])
+        gamma = _check_gamma(gamma, q, vector_ok=True)
+        vector = _is_vector_gate(gamma, q)
+        lead = torch.broadcast_shapes(lead, gamma.shape[:-2] if vector else gamma.shape[:-1])
     state = q.new_zeros(*lead, d_k, d_v)  # (..., D_k, D_v)
     ys = []
     for t in range(n):
+        if vector:  # row i of the state decays by gamma_t[i]
+            state = gamma[..., t, :, None].to(q.dtype) * state + k[..., t, :, None] * v[..., t, None, :]
+            ys.append((q[..., t, None, :] @ state)[..., 0, :])  # (..., D_v)
+            continue
         g = 1.0 if gamma is None else gamma[..., t]
         y, state = linear_attention_step(state, q[..., t, :], k[..., t, :], v[..., t, :], g)
         ys.append(y)
     return torch.stack(ys, dim=-2)  # (..., N, D_v)
+
+
+def _vector_gate_chunk(qc, kc, vc, log_g):
+    """One chunk (or a batch of chunks) under a vector gate, everything in log space.
+
+    qc, kc: (..., C, D_k); vc: (..., C, D_v); log_g: (..., C, D_k), log gamma per key dimension.
+    With b_i = sum of log gamma from the chunk start to token i (a D_k vector):
+        intra_i = sum_{j<=i} sum_d q_id k_jd exp(b_id - b_jd) v_j,   (..., C, D_v)
+        q_in_i  = q_i * exp(b_i)          (reads the state entering the chunk)
+        k_out_j = k_j * exp(b_last - b_j) (writes into the state leaving it)
+    Every exponent is a sum of logs of gates <= 1, so it is <= 0: nothing overflows. (The factored
+    form (q_i * exp(b_i)) . (k_j * exp(-b_j)) needs exp(-b_j), which overflows once the gates since
+    the chunk start multiply below float32's 1e-38.) The exact decays cost a (C, C, D_k) tensor.
+    Returns (intra, q_in, k_out, log decay of the whole chunk (..., D_k)).
+    """
+    dt = qc.dtype
+    b = log_g.cumsum(-2)  # (..., C, D_k)
+    decay = _decay_matrix(log_g.mT).to(dt)  # (..., D_k, C, C): exp(b_i - b_j) per key dimension
+    scores = torch.einsum("...id,...jd,...dij->...ij", qc, kc, decay)  # (..., C, C), 0 above diagonal
+    q_in = qc * torch.exp(b).to(dt)  # (..., C, D_k)
+    k_out = kc * torch.exp(b[..., -1:, :] - b).to(dt)  # (..., C, D_k)
+    return scores @ vc, q_in, k_out, b[..., -1, :]
 
 
 def gated_linear_attention_chunked_loop(
@@ -279,18 +338,26 @@ def gated_linear_attention_chunked_loop(
     Inside chunk c, b_i = sum of log gamma from the chunk start to token i:
         y_i = sum_{j<=i in c} exp(b_i - b_j) (q_i . k_j) v_j + exp(b_i) M_{c-1}^T q_i
         M_c = exp(b_last) M_{c-1} + sum_j exp(b_last - b_j) k_j v_j^T
-    All exponents are <= 0, so nothing overflows.
-    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
+    All exponents are <= 0, so nothing overflows. A vector gate (..., N, D_k) does the same per
+    key dimension (see :func:`_vector_gate_chunk`).
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v).
     """
     n, d_k, d_v = _checks.qkv(q, k, v)
-    gamma = _check_gamma(gamma, q)
+    gamma = _check_gamma(gamma, q, vector_ok=True)
     chunk = _check_chunk(chunk)
-    log_g = _log_gamma(gamma, q.dtype)  # (..., N)
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-1])
+    vector = _is_vector_gate(gamma, q)
+    log_g = _log_gamma(gamma, q.dtype)  # (..., N) or (..., N, D_k)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
+                                  gamma.shape[:-2] if vector else gamma.shape[:-1])
     state = q.new_zeros(*lead, d_k, d_v)  # (..., D_k, D_v)
     outs = []
     for s in range(0, n, chunk):
         qc, kc, vc = q[..., s:s + chunk, :], k[..., s:s + chunk, :], v[..., s:s + chunk, :]
+        if vector:
+            intra, q_in, k_out, b_last = _vector_gate_chunk(qc, kc, vc, log_g[..., s:s + chunk, :])
+            outs.append(intra + q_in @ state)
+            state = torch.exp(b_last).to(q.dtype)[..., :, None] * state + k_out.mT @ vc
+            continue
         g = log_g[..., s:s + chunk]  # (..., C)
         b = torch.cumsum(g, dim=-1)  # (..., C): log decay from chunk start to i
         decay = torch.exp(segment_sum(g)).to(q.dtype)  # (..., C, C)
@@ -304,6 +371,17 @@ def gated_linear_attention_chunked_loop(
     return torch.cat(outs, dim=-2)
 
 
+def _vector_chunk_states(log_a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """:func:`_chunk_states` for a vector decay: M_c = diag(a_c) M_{c-1} + U_c, row by row.
+
+    log_a: (B', T, D_k); u: (B', T, D_k, D_v) -> (B', T, D_k, D_v), the state entering each chunk.
+    Each key dimension is an independent scalar recurrence on one row of the state.
+    """
+    rows = u.permute(0, 2, 1, 3)[..., None, :]  # (B', D_k, T, 1, D_v): row d of every chunk's U
+    out = _chunk_states(log_a.mT, rows)  # (B', D_k, T, 1, D_v)
+    return out[..., 0, :].permute(0, 2, 1, 3)  # (B', T, D_k, D_v)
+
+
 def gated_linear_attention_chunked(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int = DEFAULT_GATED_CHUNK
 ) -> torch.Tensor:
@@ -313,14 +391,24 @@ def gated_linear_attention_chunked(
     chunks obey M_c = a_c M_{c-1} + U_c with a_c the chunk's total decay; their solution is a
     weighted sum over earlier chunks with weights exp(segment_sum(log a)), computed by
     :func:`_chunk_states` as small matmuls over the chunk axis (Mamba-2's SSD), in blocks so
-    the cost stays linear in N.
-    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) -> (..., N, D_v).
+    the cost stays linear in N. A vector gate (..., N, D_k) runs the same per key dimension,
+    its decays inside a chunk exact in log space (a (C, C, D_k) tensor per chunk).
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v).
     """
     n, _, d_v = _checks.qkv(q, k, v)
-    gamma = _check_gamma(gamma, q)
+    gamma = _check_gamma(gamma, q, vector_ok=True)
     chunk = _check_chunk(chunk)
     c = min(chunk, n)
     dt = q.dtype
+    if _is_vector_gate(gamma, q):
+        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-2])
+        qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
+        log_g = _to_chunks(_log_gamma(gamma, dt), lead, c)  # (B', N/C, C, D_k); padding: gamma = 1
+        t = qc.shape[1]
+        intra, q_in, k_out, log_a = _vector_gate_chunk(qc, kc, vc, log_g)
+        states = _vector_chunk_states(log_a, k_out.mT @ vc)  # (B', N/C, D_k, D_v)
+        y = intra + q_in @ states  # (B', N/C, C, D_v)
+        return y.reshape(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-1])
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
     # pad with gamma = 1 (log 0) and zero q, k, v: padded tokens change nothing
@@ -369,3 +457,14 @@ def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     state = gamma * state + k[..., :, None] * v[..., None, :]  # (..., D_k, D_v)
     y = (q[..., None, :] @ state)[..., 0, :]  # (..., D_v)
     return y, state
+
+
+# --------------------------------------------------------------------------- the delta rule
+# written in attn_core/delta.py (a topic of its own), re-exported here: attn_core.linear.delta_rule_*
+from .delta import (  # noqa: E402
+    DEFAULT_DELTA_CHUNK,
+    delta_rule_chunked,
+    delta_rule_recurrent,
+    gated_delta_rule_chunked,
+    gated_delta_rule_recurrent,
+)

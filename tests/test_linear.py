@@ -440,3 +440,139 @@ def test_step_rejects_bad_arguments():
         linear_attention_step(state, q, q, torch.zeros(4))
     with pytest.raises(ValueError, match="state must have at least 2 dims"):
         linear_attention_step(torch.zeros(7), q, q, v)
+
+
+# --------------------------------------------------------------------------- vector gates
+def vector_gate_reference(q, k, v, gamma):
+    """y_t = sum_{s<=t} sum_i q_ti k_si (prod_{r=s+1..t} gamma_ri) v_s: a float64 numpy double loop.
+
+    gamma: (..., N, D_k), one gate per key dimension (M_t = diag(gamma_t) M_{t-1} + k_t v_t^T).
+    """
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-2])
+    n, d_k, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
+    qq, kk, gg = (x.detach().double().expand(*lead, n, d_k).reshape(-1, n, d_k).numpy()
+                  for x in (q, k, gamma))
+    vv = v.detach().double().expand(*lead, n, d_v).reshape(-1, n, d_v).numpy()
+    y = np.zeros((qq.shape[0], n, d_v))
+    for t in range(n):
+        decay = np.ones((qq.shape[0], d_k))  # prod_{r=s+1..t} gamma_r, per key dimension
+        for s in range(t, -1, -1):
+            if s < t:
+                decay = decay * gg[:, s + 1]
+            y[:, t] += (qq[:, t] * kk[:, s] * decay).sum(-1)[:, None] * vv[:, s]
+    return torch.from_numpy(y).reshape(*lead, n, d_v)
+
+
+@pytest.mark.parametrize("form", GATED)
+@pytest.mark.parametrize("lead, n, d_k, d_v, chunk", CASES[:6])
+def test_vector_gate_forms_match_definition(form, lead, n, d_k, d_v, chunk):
+    """A vector gate gamma (..., N, D_k) in [0.5, 1): every gated form equals the definition (1e-10)."""
+    q, k, v = make_qkv(lead, n, d_k, d_v, seed=n + 2)
+    gamma = make_gamma((*lead, n, d_k), seed=n + 3)
+    out = form(q, k, v, gamma, chunk)
+    assert out.shape == (*lead, n, d_v)
+    torch.testing.assert_close(out, vector_gate_reference(q, k, v, gamma), **F64)
+
+
+@pytest.mark.parametrize("form", GATED)
+def test_vector_gate_equal_entries_is_the_scalar_gate(form):
+    """A vector gate whose D_k entries are equal is the scalar gate (1e-10)."""
+    q, k, v, gamma, ref = case_data((2,), 63, 7, 7, gated=True)
+    out = form(q, k, v, gamma[..., None].expand(2, 63, 7), 16)
+    torch.testing.assert_close(out, ref, **F64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("form", GATED)
+def test_vector_gate_tiny_gates_stay_finite(form, dtype):
+    """Vector gates down to 1e-30 in some dimensions and 1 in others: finite, = definition.
+
+    The factored form (q_i * exp(b_i)) . (k_j * exp(-b_j)) would overflow here: b_j reaches
+    16 log(1e-30) ~ -1105 inside a chunk of 16, and exp(1105) is inf even in float64.
+    """
+    q, k, v = make_qkv((2,), 63, 6, 5, seed=15)
+    g = torch.Generator().manual_seed(16)
+    gamma = torch.where(torch.rand(2, 63, 6, generator=g) < 0.5, 1e-30, 1.0).double()
+    gamma[..., 0] = 1e-30  # one dimension forgets at every token
+    assert torch.isinf(torch.exp(-torch.log(gamma[0, :16, 0]).cumsum(0))).any()  # the factored form's factor
+    ref = vector_gate_reference(q, k, v, gamma)
+    out = form(q.to(dtype), k.to(dtype), v.to(dtype), gamma.to(dtype), 16)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, **(F64 if dtype == torch.float64 else F32))
+
+
+@pytest.mark.parametrize("gamma_shape", [(1, 1, 63, 7), (2, 1, 63, 7), (1, 3, 63, 7)],
+                         ids=["(1,1,N,D_k)", "(B,1,N,D_k)", "(1,H,N,D_k)"])
+@pytest.mark.parametrize("form", GATED)
+def test_vector_gate_broadcasts(form, gamma_shape):
+    """Vector gates (as many dims as q) broadcast over batch and head dims (1e-10)."""
+    q, k, v = make_qkv((2, 3), 63, 7, 5, seed=17)
+    gamma = make_gamma(gamma_shape, seed=18)
+    out = form(q, k, v, gamma, 16)
+    assert out.shape == (2, 3, 63, 5)
+    torch.testing.assert_close(out, vector_gate_reference(q, k, v, gamma.expand(2, 3, 63, 7)), **F64)
+
+
+@pytest.mark.parametrize("name", list(GATED_FNS))
+def test_rejects_vector_gate_with_wrong_last_dim(name):
+    """A vector gate (..., N, D) with D != D_k: ValueError naming gamma and D_k."""
+    q = torch.zeros(2, 5, 7)
+    with pytest.raises(ValueError, match=r"gamma as a vector gate must have shape \(\.\.\., N, D_k\)"):
+        _call(name, q, q, q, gamma=torch.full((2, 5, 6), 0.9))
+    with pytest.raises(ValueError, match="gamma must lie in"):
+        _call(name, q, q, q, gamma=torch.full((2, 5, 7), 1.5))
+
+
+# --------------------------------------------------------------------------- gradients
+def gated_reference_torch(q, k, v, gamma):
+    """M_t = gamma_t M_{t-1} + k_t v_t^T (gamma scalar (N,) or vector (N, D_k)), y_t = M_t^T q_t, in torch."""
+    m = torch.zeros(q.shape[-1], v.shape[-1], dtype=q.dtype)
+    ys = []
+    for t in range(q.shape[0]):
+        g = gamma[t][:, None] if gamma.dim() == 2 else gamma[t]
+        m = g * m + torch.outer(k[t], v[t])
+        ys.append(m.T @ q[t])
+    return torch.stack(ys)
+
+
+def _drop_gate(f):
+    return lambda q, k, v, g, c: f(q, k, v, c)
+
+
+GRAD_FNS = {**{f"plain_{n}": _drop_gate(f) for n, f in PLAIN_FNS.items()}, **GATED_FNS}
+
+
+GRAD_CASES = [(name, "none") for name in GRAD_FNS if name.startswith("plain")] + [
+    (name, gate) for name in GATED_FNS for gate in ("scalar", "vector")]
+
+
+@pytest.mark.parametrize("name, gate", GRAD_CASES, ids=[f"{n}-{g}" for n, g in GRAD_CASES])
+def test_gradients_match_definition(name, gate):
+    """Gradients of q, k, v (and gamma) of every form = the definition loop's (1e-10), N = 37, C = 8."""
+    q, k, v = (x.requires_grad_() for x in make_qkv((), 37, 5, 4, seed=19))
+    shape = (37,) if gate == "scalar" else (37, 5)
+    gamma = None if gate == "none" else make_gamma(shape, seed=20).requires_grad_()
+    leaves = [q, k, v] + ([gamma] if gamma is not None else [])
+    dy = torch.randn(37, 4, generator=torch.Generator().manual_seed(21), dtype=torch.float64)
+    ones = torch.ones(37, dtype=torch.float64)
+    y_ref = gated_reference_torch(q, k, v, ones if gamma is None else gamma)
+    ref = torch.autograd.grad((y_ref * dy).sum(), leaves)
+    got = torch.autograd.grad((GRAD_FNS[name](q, k, v, gamma, 8) * dy).sum(), leaves)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, **F64)
+
+
+@pytest.mark.parametrize("gate", ["scalar", "vector"])
+@pytest.mark.parametrize("name", list(GATED_FNS))
+def test_gradcheck_gated(name, gate):
+    """torch.autograd.gradcheck of each gated form, scalar and vector gates, N = 5, D_k = 3, C = 2."""
+    q, k, v = (x.requires_grad_() for x in make_qkv((2,), 5, 3, 2, seed=22))
+    gamma = make_gamma((2, 5) if gate == "scalar" else (2, 5, 3), seed=23, low=0.6).requires_grad_()
+    assert torch.autograd.gradcheck(lambda *a: GATED_FNS[name](*a, 2), (q, k, v, gamma), eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", list(PLAIN_FNS))
+def test_gradcheck_plain(name):
+    """torch.autograd.gradcheck of each plain form, N = 5, D_k = 3, C = 2."""
+    q, k, v = (x.requires_grad_() for x in make_qkv((2,), 5, 3, 2, seed=24))
+    assert torch.autograd.gradcheck(lambda *a: PLAIN_FNS[name](*a, 2), (q, k, v), eps=1e-6, atol=1e-7)

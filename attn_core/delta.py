@@ -1,0 +1,218 @@
+"""The delta rule (DeltaNet) and the gated delta rule (Gated DeltaNet), recurrent and chunked.
+
+Plain linear attention only adds to its state. The delta rule first reads what the state
+already stores under the key k_t, M_{t-1}^T k_t, and replaces a fraction beta_t of it by v_t:
+
+    M_t = gamma_t (I - beta_t k_t k_t^T) M_{t-1} + beta_t k_t v_t^T      (state: D_k x D_v)
+    y_t = M_t^T q_t
+
+gamma_t = 1 is DeltaNet (Schlag et al. 2021; Yang et al. 2024), a gamma_t in (0, 1] per token
+and head is Gated DeltaNet (Yang, Kautz and Hatamizadeh 2024). The same update, written with
+the *corrected value* u_t = beta_t (v_t - gamma_t M_{t-1}^T k_t), is
+
+    M_t = gamma_t M_{t-1} + k_t u_t^T,
+
+plain gated linear attention with u_t in place of v_t. Two forms of each:
+
+* recurrent: the loop above, one token at a time, a D_k x D_v state.
+* chunked: inside a chunk of C tokens the u_t depend on each other only through a unit
+  lower-triangular C x C system (the WY / UT representation): with Gamma[i, j] =
+  exp(b_i - b_j), b_i the sum of log gamma from the chunk start to token i,
+
+      (I + A) U = diag(beta) V - diag(beta exp(b)) K M,   A = strict_tril(diag(beta) (K K^T * Gamma)),
+
+  so U = U0 - W M with U0 = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta exp(b)) K,
+  solved for every chunk at once (``torch.linalg.solve_triangular``). Only the pass of the state
+  from chunk to chunk is a loop, N/C steps of two small matmuls:
+
+      U_c = U0_c - W_c M,  M <- exp(b_C) M + (K_c * exp(b_C - b))^T U_c,
+      Y_c = (Q_c * exp(b)) M_entering + tril(Q_c K_c^T * Gamma) U_c.
+
+Every exponent is <= 0, so nothing overflows. beta: (..., N) in [0, 1] (the update then never
+grows a unit key's memory: I - beta k k^T has eigenvalues 1 and 1 - beta ||k||^2). Keys are used
+as given; DeltaNet normalizes them to unit length first (outside these functions).
+
+Shapes: q, k (..., N, D_k); v (..., N, D_v); beta, gamma (..., N), broadcast to q's leading
+dims; outputs (..., N, D_v). ``initial_state`` (..., D_k, D_v) is M_0 (default 0);
+``output_final_state=True`` returns ``(y, M_N)`` instead of ``y``, as flash-linear-attention's
+functions do, so a long sequence can be processed piece by piece.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks
+from .linear import _check_chunk, _check_gamma, _log_gamma, _to_chunks, segment_sum
+
+__all__ = [
+    "delta_rule_recurrent",
+    "delta_rule_chunked",
+    "gated_delta_rule_recurrent",
+    "gated_delta_rule_chunked",
+    "DEFAULT_DELTA_CHUNK",
+]
+
+DEFAULT_DELTA_CHUNK = 64
+
+
+# --------------------------------------------------------------------------- checks
+def _check_beta(beta, q: torch.Tensor) -> torch.Tensor:
+    """beta must be (..., N), broadcastable to q's leading dims, values in [0, 1]."""
+    _checks.tensor("beta", beta, min_dim=1)
+    n = q.shape[-2]
+    if beta.shape[-1] != n:
+        raise ValueError(f"beta must have shape (..., N) with N = {n}, got {tuple(beta.shape)}")
+    try:
+        torch.broadcast_shapes(beta.shape, q.shape[:-1])
+    except RuntimeError:
+        raise ValueError(
+            f"beta of shape {tuple(beta.shape)} does not broadcast to q's (..., N) = {tuple(q.shape[:-1])}"
+        ) from None
+    if beta.device.type != "meta" and not bool(((beta >= 0) & (beta <= 1)).all()):
+        raise ValueError(
+            f"beta must lie in [0, 1], got min {beta.min().item():.3g}, max {beta.max().item():.3g}"
+        )
+    return beta
+
+
+def _check_scalar_gamma(gamma, q: torch.Tensor) -> torch.Tensor:
+    _checks.tensor("gamma", gamma, min_dim=1)
+    if gamma.dim() >= q.dim() and gamma.shape[-2] == q.shape[-2]:
+        raise ValueError(
+            f"gamma of the gated delta rule is one gate per token, shape (..., N), got {tuple(gamma.shape)}"
+        )
+    return _check_gamma(gamma, q)
+
+
+def _prepare(q, k, v, beta, gamma, initial_state):
+    """Check everything; return (N, D_k, D_v, lead, beta, gamma, initial_state expanded or None)."""
+    n, d_k, d_v = _checks.qkv(q, k, v)
+    beta = _check_beta(beta, q)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], beta.shape[:-1])
+    if gamma is not None:
+        gamma = _check_scalar_gamma(gamma, q)
+        lead = torch.broadcast_shapes(lead, gamma.shape[:-1])
+    if initial_state is not None:
+        _checks.tensor("initial_state", initial_state, min_dim=2)
+        if tuple(initial_state.shape[-2:]) != (d_k, d_v):
+            raise ValueError(
+                f"initial_state must have shape (..., D_k, D_v) = (..., {d_k}, {d_v}), "
+                f"got {tuple(initial_state.shape)}"
+            )
+        try:
+            lead = torch.broadcast_shapes(lead, initial_state.shape[:-2])
+        except RuntimeError:
+            raise ValueError(
+                f"initial_state of shape {tuple(initial_state.shape)} does not broadcast to the batch dims "
+                f"{tuple(lead)}"
+            ) from None
+        initial_state = initial_state.to(q.dtype).expand(*lead, d_k, d_v)
+    return n, d_k, d_v, lead, beta, gamma, initial_state
+
+
+# --------------------------------------------------------------------------- recurrent
+def gated_delta_rule_recurrent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor | None,
+    *, initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+):
+    """Recurrent gated delta rule: M_t = gamma_t (I - beta_t k_t k_t^T) M_{t-1} + beta_t k_t v_t^T.
+
+    Computed as M_t = gamma_t M_{t-1} + k_t u_t^T, u_t = beta_t (v_t - gamma_t M_{t-1}^T k_t), and
+    y_t = M_t^T q_t, one token at a time (the inference form; a Python loop, for clarity).
+    q, k: (..., N, D_k); v: (..., N, D_v); beta: (..., N) in [0, 1]; gamma: (..., N) in (0, 1]
+    or None (= 1); initial_state: (..., D_k, D_v) or None (= 0) -> y (..., N, D_v), and the final
+    state M_N (..., D_k, D_v) as ``(y, M_N)`` when ``output_final_state``.
+    """
+    n, d_k, d_v, lead, beta, gamma, state = _prepare(q, k, v, beta, gamma, initial_state)
+    dt = q.dtype
+    if state is None:
+        state = q.new_zeros(*lead, d_k, d_v)  # (..., D_k, D_v): M_0
+    ys = []
+    for t in range(n):
+        k_t, v_t = k[..., t, :], v[..., t, :]  # (..., D_k), (..., D_v)
+        b_t = beta[..., t, None].to(dt)  # (..., 1)
+        old = (k_t[..., None, :] @ state)[..., 0, :]  # (..., D_v): M_{t-1}^T k_t, what k_t reads now
+        if gamma is not None:
+            g_t = gamma[..., t, None].to(dt)  # (..., 1)
+            state, old = g_t[..., None] * state, g_t * old
+        u_t = b_t * (v_t - old)  # (..., D_v): the corrected value
+        state = state + k_t[..., :, None] * u_t[..., None, :]  # (..., D_k, D_v)
+        ys.append((q[..., t, None, :] @ state)[..., 0, :])  # (..., D_v): M_t^T q_t
+    y = torch.stack(ys, dim=-2)  # (..., N, D_v)
+    return (y, state) if output_final_state else y
+
+
+def delta_rule_recurrent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
+    *, initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+):
+    """Recurrent delta rule (DeltaNet): M_t = (I - beta_t k_t k_t^T) M_{t-1} + beta_t k_t v_t^T.
+
+    :func:`gated_delta_rule_recurrent` with gamma = 1; same arguments and returns.
+    """
+    return gated_delta_rule_recurrent(q, k, v, beta, None, initial_state=initial_state,
+                                      output_final_state=output_final_state)
+
+
+# --------------------------------------------------------------------------- chunked
+def gated_delta_rule_chunked(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor | None,
+    chunk: int = DEFAULT_DELTA_CHUNK,
+    *, initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+):
+    """Chunked gated delta rule, by the WY / UT representation (see the module docstring).
+
+    Everything inside a chunk (the C x C triangular solves, the decays, Q K^T) is computed for
+    all chunks at once; the state crosses the N/C chunk borders in a loop of two small matmuls
+    per chunk. N need not be a multiple of C (padding: zero q, k, v, beta = 0, gamma = 1,
+    tokens that change nothing). Arguments and returns as :func:`gated_delta_rule_recurrent`.
+    """
+    n, d_k, d_v, lead, beta, gamma, state = _prepare(q, k, v, beta, gamma, initial_state)
+    chunk = _check_chunk(chunk)
+    c = min(chunk, n)
+    dt = q.dtype
+    qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
+    bc = _to_chunks(beta[..., None], lead, c)[..., 0].to(dt)  # (B', N/C, C); padding beta = 0
+    t = qc.shape[1]
+    ones = torch.ones(c, c, dtype=torch.bool, device=q.device)
+    if gamma is None:
+        decay = ones.tril().to(dt)  # (C, C): Gamma = the causal 0/1 mask
+        into = out_of = end = None
+    else:
+        log_g = _to_chunks(_log_gamma(gamma, dt)[..., None], lead, c)[..., 0]  # (B', N/C, C); pad 0
+        b = log_g.cumsum(-1)  # (B', N/C, C): log decay from the chunk start to token i
+        decay = torch.exp(segment_sum(log_g)).to(dt)  # (B', N/C, C, C): exp(b_i - b_j), 0 above diag
+        into = torch.exp(b).to(dt)[..., None]  # (B', N/C, C, 1): decay of the entering state at i
+        out_of = torch.exp(b[..., -1:] - b).to(dt)[..., None]  # (B', N/C, C, 1): from j to the chunk end
+        end = torch.exp(b[..., -1]).to(dt)[..., None, None]  # (B', N/C, 1, 1): the whole chunk
+    # the UT transform: (I + A) X = R with A strictly lower triangular, solved for all chunks
+    a = ((kc @ kc.mT) * decay * bc[..., :, None]).masked_fill(~ones.tril(-1), 0.0)  # (B', N/C, C, C)
+    rhs_w = kc * (bc[..., None] if into is None else bc[..., None] * into)  # (B', N/C, C, D_k)
+    w = torch.linalg.solve_triangular(a, rhs_w, upper=False, unitriangular=True)  # (B', N/C, C, D_k)
+    u0 = torch.linalg.solve_triangular(a, vc * bc[..., None], upper=False, unitriangular=True)  # (.., D_v)
+    k_out = kc if out_of is None else kc * out_of  # (B', N/C, C, D_k)
+    if state is None:
+        state = q.new_zeros(lead.numel(), d_k, d_v)  # (B', D_k, D_v): M_0
+    else:
+        state = state.reshape(-1, d_k, d_v)  # (B', D_k, D_v)
+    entering, us = [], []
+    for i in range(t):  # the only sequential part: N/C steps
+        entering.append(state)
+        u = u0[:, i] - w[:, i] @ state  # (B', C, D_v): the chunk's corrected values
+        us.append(u)
+        state = (state if end is None else end[:, i] * state) + k_out[:, i].mT @ u  # (B', D_k, D_v)
+    states, u = torch.stack(entering, 1), torch.stack(us, 1)  # (B', N/C, D_k, D_v), (B', N/C, C, D_v)
+    q_in = qc if into is None else qc * into  # (B', N/C, C, D_k)
+    y = q_in @ states + ((qc @ kc.mT) * decay) @ u  # (B', N/C, C, D_v)
+    y = y.reshape(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
+    return (y, state.reshape(*lead, d_k, d_v)) if output_final_state else y
+
+
+def delta_rule_chunked(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, chunk: int = DEFAULT_DELTA_CHUNK,
+    *, initial_state: torch.Tensor | None = None, output_final_state: bool = False,
+):
+    """Chunked delta rule (DeltaNet): :func:`gated_delta_rule_chunked` with gamma = 1."""
+    return gated_delta_rule_chunked(q, k, v, beta, None, chunk, initial_state=initial_state,
+                                    output_final_state=output_final_state)
