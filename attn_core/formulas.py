@@ -32,7 +32,9 @@ from . import _tables
 __all__ = [
     "SYMBOLS",
     "SWITCHES",
+    "MHA",
     "memory_items",
+    "split_in",
     "fused_bytes",
     "attention_params",
     "layer_flops",
@@ -60,6 +62,10 @@ k_drop, a_saved, u_mask, c_mask, w_ffn = sp.symbols("k_drop a_saved u_mask c_mas
 m_ffn, c_causal = sp.symbols("m_ffn c_causal", positive=True)
 
 SYMBOLS, SWITCHES = _tables.SYMBOLS, _tables.SWITCHES
+
+
+#: plain multi-head attention: every head its own K and V, head dims d / H, no MLA
+MHA: dict[sp.Symbol, sp.Expr] = {H_kv: H, D: d / H, D_v: d / H, D_r: 0, R: 0, Q_r: 0}
 
 
 # ----------------------------------------------------------------------------- the ledgers
@@ -151,16 +157,20 @@ def crossover(low: sp.Expr, high: sp.Expr, var: sp.Symbol = N) -> sp.Expr:
 
 
 # ------------------------------------------------------------------------ what each widget shows
-def _split(items: dict[str, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
-    """(linear in N, quadratic in N) parts of a sum of items."""
-    total = sp.expand(sum(items.values()))
-    quad = sp.expand(total.coeff(N, 2) * N**2)
+def split_in(total: sp.Expr, var: sp.Symbol = N) -> tuple[sp.Expr, sp.Expr]:
+    """(linear in var, quadratic in var) parts of a sum, e.g. of the ledger's items."""
+    total = sp.expand(total)
+    quad = sp.expand(total.coeff(var, 2) * var**2)
     return sp.expand(total - quad), quad
+
+
+def _split(items: dict[str, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
+    return split_in(sum(items.values()))
 
 
 def widget_values() -> dict[str, dict[str, sp.Expr]]:
     """kind -> value key -> expression in the widget's symbols (inputs and switches)."""
-    standard = {H_kv: H, D: d / H, D_v: d / H, D_r: 0, R: 0, Q_r: 0}
+    standard = MHA
     items = {k: e.subs(standard) for k, e in memory_items().items()}
     items["mask"] = sp.Integer(0)  # the widget's layer is not causal
     mem_lin, mem_quad = _split(items)
