@@ -124,13 +124,17 @@ def fused_activation_bytes(B: int, N: int, d_model: int, dtype: str = "bf16") ->
 
 
 def memory_crossover(d_model: int, H: int, *, saved: str = "teaching", dropout: bool = True,
-                     dtype: str = "bf16", mask_bytes: int | None = None) -> float:
-    """N* where the quadratic items of :func:`activation_ledger` equal the linear ones (MHA, D = d/H).
+                     dtype: str = "bf16", mask_bytes: int | None = None, num_kv_heads: int | None = None,
+                     d_head: int | None = None, d_v: int | None = None) -> float:
+    """N* where the quadratic items of :func:`activation_ledger` equal the linear ones.
 
-    Teaching ledger: 3 B H N^2 b = 6 B N d b gives N* = 2d/H (256 for d = 3072, H = 24), and
-    3d/H without dropout (S and P only). As autograd saves it: five linear tensors (no O)
-    against P alone without dropout, N* = 5d/H; with dropout P, the mask (m bytes) and P after
-    dropout, N* = 5 d b / ((2 b + m) H). The causal mask is left out (it does not scale with B).
+    Plain MHA (D = d/H): the teaching ledger's 3 B H N^2 b = 6 B N d b gives N* = 2d/H (256 for
+    d = 3072, H = 24), and 3d/H without dropout (S and P only). As autograd saves it: five linear
+    tensors (no O) against P alone without dropout, N* = 5d/H; with dropout P, the mask (m bytes)
+    and P after dropout, N* = 5 d b / ((2 b + m) H). The causal mask is left out (it does not
+    scale with B). With ``num_kv_heads``, ``d_head`` or ``d_v`` (GQA, MLA's head dims) N* is the
+    ratio of the ledger's linear to its quadratic bytes per token, as :func:`activation_ledger`
+    counts them.
     """
     d_model = _checks.positive_int("d_model", d_model)
     H = _checks.positive_int("H", H)
@@ -138,6 +142,11 @@ def memory_crossover(d_model: int, H: int, *, saved: str = "teaching", dropout: 
         raise ValueError(f"saved must be one of {list(SAVED_MODELS)}, got {saved!r}")
     b = dtype_bytes(dtype)
     m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
+    if (num_kv_heads, d_head, d_v) != (None, None, None):
+        items = activation_ledger(1, 1, d_model, H, dtype, dropout, saved=saved, mask_bytes=mask_bytes,
+                                  num_kv_heads=num_kv_heads, d_head=d_head, d_v=d_v)
+        quadratic = sum(items.get(k, 0) for k in ("S", "P", "dropout", "P_drop"))  # B H N^2 items at N = 1
+        return (sum(items.values()) - quadratic) / quadratic
     if saved == "teaching":
         linear, quadratic = 6 * b, (3 if dropout else 2) * b
     else:

@@ -221,3 +221,16 @@ def test_head_dims_and_bad_options():
         ledger.activation_ledger(1, 10, 64, 4, num_kv_heads=3)
     with pytest.raises(ValueError, match="mask_bytes"):
         ledger.activation_ledger(1, 10, 64, 4, saved="autograd", mask_bytes=0)
+
+
+@pytest.mark.parametrize("saved", ["teaching", "autograd"])
+def test_crossover_with_head_dims(saved):
+    """Given head dims, N* is where the ledger's two parts meet; for MHA it is the closed form."""
+    mha = ledger.memory_crossover(3072, 24, saved=saved, num_kv_heads=24, d_head=128, d_v=128)
+    assert mha == pytest.approx(ledger.memory_crossover(3072, 24, saved=saved), rel=1e-15)
+    for kw in (dict(num_kv_heads=8, d_head=128), dict(d_head=192, d_v=128)):  # GQA; MLA-like dims
+        n_star = ledger.memory_crossover(4096, 32, saved=saved, **kw)
+        lo = ledger.activation_ledger(1, math.floor(n_star), 4096, 32, saved=saved, **kw)
+        hi = ledger.activation_ledger(1, math.ceil(n_star) + 1, 4096, 32, saved=saved, **kw)
+        quad = lambda it: sum(it.get(k, 0) for k in ("S", "P", "dropout", "P_drop"))  # noqa: E731
+        assert quad(lo) <= sum(lo.values()) - quad(lo) and quad(hi) > sum(hi.values()) - quad(hi)

@@ -445,3 +445,12 @@ process.stdout.write(JSON.stringify({ out, ms }));
     print(f"\nJS evaluator: {len(cases)} states, max relative difference {worst:.1e}; "
           f"values + a 97-point curve in {result['ms']:.2f} ms")
     assert result["ms"] < 100
+
+
+def test_explorer_d_slider_keeps_the_ffn_ratio_as_the_page_does():
+    """Moving d rescales F to keep F / d (the page's onArch does the same), and sets D = D_v = d / H."""
+    e = W.Explorer(model="Llama 3 8B")
+    e.d = 2048
+    assert e.model == "custom" and e.F == 14336 // 2 and e.D == e.D_v == 2048 // 32
+    e.d = 3072
+    assert e.F == math.floor(7168 / 2048 * 3072 + 0.5)

@@ -25,7 +25,7 @@ class Explorer(_LedgerWidget):
     the sliding window; sliders then move N (log scale, 256 to 1M), d, H, H_kv, L, and menus the
     dtype, causal, dropout and the ledger (teaching, or as autograd saves it). Moving an
     architecture slider turns the model into ``"custom"`` (keeping the preset's FFN, window and
-    MLA fields); moving d or H sets D = D_v = d / H. It shows:
+    MLA fields); moving d or H sets D = D_v = d / H, and moving d keeps the ratio F / d. It shows:
 
     * the FLOPs crossover of the model as built (:func:`attn_core.flops.model_flops_crossover`:
       GQA's smaller K and V projections, MLA's low-rank ones, the real head dims) and the
@@ -131,6 +131,8 @@ class Explorer(_LedgerWidget):
                 keeps = preset is not None and (self.d, self.H) == (preset.d_model, preset.num_heads)
                 self.D = preset.d_head if keeps else self.d // self.H
                 self.D_v = (preset.d_v or preset.d_head) if keeps else self.D
+            if change["name"] == "d":  # keep the FFN's width ratio F / d, as the page does
+                self.F = max(1, math.floor(self.F / change["old"] * change["new"] + 0.5))
             self._mark_custom()
         self._update_values()
 
@@ -201,7 +203,8 @@ class Explorer(_LedgerWidget):
         _tokens_axis(ax1)
         _bytes_axis(ax1)
         ax1.set_ylabel("bytes per sequence (log scale)")
-        ax1.set_title(f"{self.model}: memory ({self.dtype})", fontsize=10)
+        ledger_name = "as autograd saves it" if self.saved == "autograd" else "teaching ledger"
+        ax1.set_title(f"{self.model}: memory ({self.dtype}, {ledger_name})", fontsize=10)
         ax1.legend(fontsize=7, frameon=False, loc="upper left")
         ax1.grid(True, which="major", alpha=0.3)
         ax2.semilogx(ns, [100 * p["quadratic_share"] for p in pts], color="#d1495b",
