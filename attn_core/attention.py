@@ -29,6 +29,7 @@ __all__ = [
     "GroupedQueryAttention",
     "mha_forward",
     "TransformerLayer",
+    "flash_attention",
 ]
 
 
@@ -355,3 +356,6 @@ class TransformerLayer(nn.Module):
         else:
             h = F.silu(self.gate(h)) * self.up(h)
         return x + self.down(h)
+
+
+from .flash import flash_attention  # noqa: E402,F401  (tiled, in attn_core/flash.py)

@@ -1,0 +1,147 @@
+"""attn_core.flash: tiled attention equals the reference, saves linear-size tensors, counts its tiles."""
+
+import pytest
+import torch
+
+import attn_core.flash as flash
+from attn_core.attention import causal_mask, scaled_dot_product_attention
+from attn_core.attention import flash_attention as flash_from_attention
+from attn_core.flash import eager_io_bytes, flash_attention, flash_io_bytes, flash_tile_counts
+from attn_core.measure import count_flops, saved_tensor_bytes
+
+CASES = [  # (lead dims, N, D, D_v, block_q, block_k)
+    ((), 1, 8, 8, 64, 64),
+    ((2,), 63, 20, 12, 16, 16),
+    ((2, 3), 100, 20, 20, 7, 13),
+    ((1, 2), 130, 60, 60, 64, 32),
+    ((3,), 77, 16, 24, 200, 5),
+]
+
+
+def _qkv(lead, n, d, d_v, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(*lead, n, d, dtype=dtype, generator=g)
+    k = torch.randn(*lead, n, d, dtype=dtype, generator=g)
+    v = torch.randn(*lead, n, d_v, dtype=dtype, generator=g)
+    return q, k, v
+
+
+@pytest.fixture(params=[None, 64], ids=["one-wave", "many-waves"])
+def waves(request, monkeypatch):
+    """Run each case as one wave of query blocks and as many (a small wave budget)."""
+    if request.param is not None:
+        monkeypatch.setattr(flash, "_WAVE_VALUES", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"N{c[1]}-bq{c[4]}-bk{c[5]}")
+def test_output_and_gradients_equal_reference_float64(case, causal, waves):
+    lead, n, d, d_v, bq, bk = case
+    q, k, v = (t.requires_grad_() for t in _qkv(lead, n, d, d_v))
+    out = flash_attention(q, k, v, causal=causal, block_q=bq, block_k=bk)
+    ref = scaled_dot_product_attention(q, k, v, mask=causal_mask(n) if causal else None)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    d_out = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(1))
+    got = torch.autograd.grad(out, (q, k, v), d_out)
+    want = torch.autograd.grad(ref, (q, k, v), d_out)
+    for name, a, b in zip("qkv", got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"grad {name}")
+
+
+def test_scale_and_float32_and_gradcheck():
+    q, k, v = _qkv((2,), 37, 12, 12)
+    ref = scaled_dot_product_attention(q, k, v, scale=0.3)
+    torch.testing.assert_close(flash_attention(q, k, v, scale=0.3, block_q=8, block_k=8), ref)
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    torch.testing.assert_close(flash_attention(q32, k32, v32, causal=True, block_q=8, block_k=16),
+                               scaled_dot_product_attention(q32, k32, v32, mask=causal_mask(37)),
+                               rtol=1e-5, atol=1e-6)
+    small = tuple(t[:1, :10].clone().requires_grad_() for t in (q, k, v))
+    assert torch.autograd.gradcheck(lambda a, b, c: flash_attention(a, b, c, causal=True, block_q=4,
+                                                                    block_k=3), small)
+
+
+def test_exported_from_attention():
+    assert flash_from_attention is flash_attention
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_saves_only_q_k_v_out_lse(causal):
+    """On the meta device: five storages, q, k, v (D each), out (D_v) and lse (one per row)."""
+    meta = torch.device("meta")
+    for n in (1000, 8192):
+        q, k, v = (torch.empty(2, 3, n, 64, device=meta, requires_grad=True) for _ in range(3))
+        saved = saved_tensor_bytes(flash_attention, q, k, v, causal=causal)
+        shapes = sorted(t.shape for t in saved)
+        assert shapes == sorted([(2, 3, n, 64)] * 4 + [(2, 3, n)])
+        assert saved.total == 2 * 3 * n * (4 * 64 + 1) * 4
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("n,bq,bk", [(63, 16, 16), (100, 7, 13), (256, 64, 64), (300, 64, 128)])
+def test_tile_counts_equal_flop_counter(n, bq, bk, causal):
+    q, k, v = _qkv((2,), n, 20, 12)
+    counts = flash_tile_counts(n, 20, 12, causal=causal, block_q=bq, block_k=bk)
+    kw = dict(causal=causal, block_q=bq, block_k=bk)
+    assert count_flops(flash_attention, q, k, v, **kw) == 2 * counts["forward_flops"]
+    qr, kr, vr = (t.requires_grad_() for t in (q, k, v))
+    total = count_flops(lambda: flash_attention(qr, kr, vr, **kw).sum().backward())
+    assert total == 2 * (counts["forward_flops"] + counts["backward_flops"])
+    n_q, n_k = -(-n // bq), -(-n // bk)
+    assert counts["tiles"] + counts["tiles_skipped"] == n_q * n_k
+    full = flash_tile_counts(n, 20, 12, causal=False, block_q=bq, block_k=bk)
+    done = counts["forward_flops"] + counts["forward_flops_skipped"]
+    assert done == full["forward_flops"] == 2 * n * n * (20 + 12)
+    if not causal:
+        assert counts["tiles_skipped"] == 0
+    else:  # a tile is skipped exactly when its first key comes after its last query
+        want = sum(1 for i in range(n_q) for j in range(n_k) if j * bk > min(n, (i + 1) * bq) - 1)
+        assert counts["tiles_skipped"] == want
+
+
+def test_io_ledger():
+    n, d, b = 4096, 64, 2
+    eager = eager_io_bytes(n, d, b)
+    assert eager["total"] == (4 * n * d + 4 * n * n) * b
+    m = 100 * 1024
+    f = flash_io_bytes(n, d, m, b)
+    assert f["block_k"] == -(-m // (4 * d * b)) and f["block_q"] == min(f["block_k"], d)
+    t_c = -(-n // f["block_k"])
+    assert f["total"] == (2 * n * d + n * d + 2 * n + t_c * (3 * n * d + 4 * n)) * b
+    # Theta(N^2 D^2 / M): T_c ~ 4 N D b / M steps of (3 N D + 4 N) b bytes
+    big = flash_io_bytes(1 << 20, d, m, b)["total"]
+    assert big == pytest.approx(4 * (1 << 20) ** 2 * d * b * b * (3 * d + 4) / m, rel=0.01)
+    # quadrupling M cuts the traffic about four times
+    assert flash_io_bytes(1 << 20, d, 4 * m, b)["total"] == pytest.approx(big / 4, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        (dict(block_q=0), "block_q"),
+        (dict(block_k=-4), "block_k"),
+        (dict(block_q=1.5), "block_q"),
+        (dict(block_k=True), "block_k"),
+        (dict(scale=0.0), "scale"),
+    ],
+)
+def test_bad_arguments_name_themselves(kwargs, name):
+    q, k, v = _qkv((), 8, 4, 4)
+    with pytest.raises(ValueError, match=name):
+        flash_attention(q, k, v, **kwargs)
+
+
+def test_bad_shapes_name_themselves():
+    q, k, v = _qkv((2,), 8, 4, 4)
+    with pytest.raises(ValueError, match="k"):
+        flash_attention(q, k[..., :3], v)
+    with pytest.raises(ValueError, match="v"):
+        flash_attention(q, k, v[:, :5])
+    with pytest.raises(ValueError, match="leading"):
+        flash_attention(q, k, v[:1])
+    with pytest.raises(ValueError, match="q"):
+        flash_attention(q[0, 0], k, v)
+    for fn, arg in ((flash_io_bytes, "sram_bytes"), (flash_tile_counts, "block_q")):
+        with pytest.raises(ValueError, match=arg):
+            fn(8, 4, 0) if arg == "sram_bytes" else fn(8, 4, block_q=0)
