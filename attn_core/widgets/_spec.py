@@ -58,7 +58,7 @@ def _widget_recipes() -> dict:
         "inputs": {"B": "B", "N": "N", "d": "d", "H": "H"},
         "switches": dict(_MEMORY_SWITCHES),
         "constants": {},
-        "items": _ITEMS,
+        "items": [it for it in _ITEMS if it[0] != "mask"],  # the widget's layer is not causal
     }
     flops_w = {
         "inputs": {"N": "N", "d": "d", "H": "H", "f_ffn": "ffn_mult"},
