@@ -14,9 +14,13 @@ import torch
 from attn_core.kv_cache import (
     MODELS,
     ModelConfig,
+    dequantize_kv,
     kv_cache_bytes,
     kv_cache_bytes_per_token,
     linear_state_bytes,
+    paged_kv_cache_bytes,
+    quantize_kv,
+    quantized_kv_cache_bytes,
 )
 from attn_core.linear import linear_attention_step
 
@@ -242,3 +246,76 @@ def test_model_methods_reject_bad_sizes():
         m.kv_bytes(10, batch=-1)
     with pytest.raises(ValueError, match="^bytes_per_value must be a positive integer"):
         m.kv_bytes_per_token(bytes_per_value=0)
+
+
+# --------------------------------------------------------------------------- quantized and paged caches
+@pytest.mark.parametrize("quant", ["int8", "fp8"])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_quantized_bytes_equal_real_tensors(quant, group_size):
+    """Values (1 byte) plus fp16 scales (one per group) of a real quantized K and V, all layers."""
+    layers, kv_heads, d, n, batch = 3, 8, 128, 37, 2
+    g = torch.Generator().manual_seed(0)
+    total = 0
+    for _ in range(layers):
+        for _ in range(2):  # K and V
+            x = torch.randn(batch, kv_heads, n, d, generator=g)
+            values, scales = quantize_kv(x, quant, group_size)
+            total += values.nbytes + scales.nbytes
+            assert values.element_size() == 1 and scales.dtype == torch.float16
+    formula = quantized_kv_cache_bytes(layers, kv_heads, d, n, batch, quant=quant, group_size=group_size)
+    assert total == formula
+    # against bf16: (1 + 2 / g) / 2 of the bytes
+    bf16 = kv_cache_bytes(layers, kv_heads, d, n, batch)
+    assert total * 2 * group_size == bf16 * (group_size + 2)
+
+
+def test_quantized_window_and_uneven_groups():
+    assert quantized_kv_cache_bytes(1, 1, 100, 50, window=10, group_size=64) == 10 * 2 * (100 + 2 * 2)
+    assert quantized_kv_cache_bytes(2, 4, 64, 9, quant="fp8", scale_bytes=4) == 9 * 2 * 2 * 4 * (64 + 4)
+
+
+@pytest.mark.parametrize("quant,tol", [("int8", 1 / 254), ("fp8", 1 / 16)])
+def test_quantize_round_trip(quant, tol):
+    """Error at most half a step of the group's scale (int8) or of e4m3's 3-bit mantissa (fp8)."""
+    x = torch.randn(4, 5, 64, generator=torch.Generator().manual_seed(1))
+    values, scales = quantize_kv(x, quant, 32)
+    back = dequantize_kv(values, scales)
+    amax = x.reshape(4, 5, 2, 32).abs().amax(-1, keepdim=True).expand(4, 5, 2, 32).reshape(x.shape)
+    if quant == "int8":
+        assert ((back - x).abs() <= amax * tol * 1.01).all()
+    else:
+        assert ((back - x).abs() <= x.abs() * tol + amax / 448 * 2 ** -6).all()
+    zeros, s = quantize_kv(torch.zeros(2, 64), quant)
+    assert dequantize_kv(zeros, s).abs().max() == 0
+
+
+def test_paged_rounds_up_to_pages():
+    per_token = kv_cache_bytes_per_token(32, 8, 128)
+    assert paged_kv_cache_bytes(32, 8, 128, 1, page_size=16) == 16 * per_token
+    assert paged_kv_cache_bytes(32, 8, 128, 16, page_size=16) == 16 * per_token
+    assert paged_kv_cache_bytes(32, 8, 128, 17, page_size=16) == 32 * per_token
+    lens = [1, 100, 4096, 33]
+    got = paged_kv_cache_bytes(32, 8, 128, lens, page_size=16)
+    assert got == sum(-(-n // 16) * 16 for n in lens) * per_token
+    waste = got - sum(kv_cache_bytes(32, 8, 128, n) for n in lens)
+    assert 0 <= waste <= len(lens) * 15 * per_token
+    exact = sum(kv_cache_bytes(32, 8, 128, n) for n in lens)
+    assert paged_kv_cache_bytes(32, 8, 128, lens, page_size=1) == exact
+
+
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: quantized_kv_cache_bytes(1, 1, 64, 8, quant="int4"), "quant"),
+        (lambda: quantized_kv_cache_bytes(1, 1, 64, 8, group_size=0), "group_size"),
+        (lambda: quantize_kv(torch.zeros(2, 64), "nf4"), "quant"),
+        (lambda: quantize_kv(torch.zeros(2, 60), "int8", 64), "group_size"),
+        (lambda: paged_kv_cache_bytes(1, 1, 64, 8, page_size=0), "page_size"),
+        (lambda: paged_kv_cache_bytes(1, 1, 64, [8, 0]), "seq_lens"),
+        (lambda: paged_kv_cache_bytes(1, 1, 64, []), "seq_lens"),
+    ],
+    ids=["quant", "group_size", "quantize-quant", "quantize-group", "page_size", "seq_len-0", "empty"],
+)
+def test_quantized_and_paged_reject_bad_input(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
