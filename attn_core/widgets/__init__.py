@@ -49,6 +49,7 @@ from ._spec import (
     formula_spec,
     model_traits,
 )
+from .answer import AnswerBox
 from .explorer import Explorer, time_crossover
 from .flops_widget import FlopsWidget
 from .memory import MemoryLedgerWidget
@@ -59,6 +60,7 @@ __all__ = [
     "MemoryLedgerWidget",
     "FlopsWidget",
     "Explorer",
+    "AnswerBox",
     "formula_spec",
     "build_env",
     "compute_values",

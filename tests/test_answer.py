@@ -1,0 +1,281 @@
+"""attn_core.widgets.answer: the exercises' answer boxes.
+
+Parsing (numbers, separators, suffixes, units, short expressions), grading (right, close, wrong,
+the box's slips and the common ones: GB against GiB, a factor 2, 1000 against 1024, a missing unit)
+and, with Node.js, the page's grader (static/answer_box.js) against Python's over a table of inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from attn_core.widgets import AnswerBox
+from attn_core.widgets.answer import AnswerParseError, format_expected, grade, parse_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+JS = ROOT / "attn_core" / "static" / "answer_box.js"
+GiB = 2**30
+
+
+# ----------------------------------------------------------------------------- parsing
+@pytest.mark.parametrize(("text", "unit", "value"), [
+    ("18432", None, 18432),
+    ("18,432", None, 18432),
+    ("  18432  ", None, 18432),
+    ("1.2e9", None, 1.2e9),
+    ("1.2E+9", None, 1.2e9),
+    (".5", None, 0.5),
+    ("-3", None, -3),
+    ("\u22123", None, -3),
+    ("43%", None, 0.43),
+    ("1.22x", None, 1.22),
+    ("2.5M", None, 2.5e6),
+    ("4K", None, 4000),
+    ("2^30", None, 2**30),
+    ("2**30", None, 2**30),
+    ("6*3072", None, 18432),
+    ("6 x 3072", None, 18432),
+    ("1.2 x 10^9", None, 1.2e9),
+    ("1.2\u00d710^9", None, 1.2e9),
+    ("(1 + 2) * 3", None, 9),
+    ("2^-1", None, 0.5),
+    ("-2^2", None, -4),
+    ("ln 9", None, math.log(9)),
+    ("ln(9)", None, math.log(9)),
+    ("log2(8)", None, 3),
+    ("sqrt(16)", None, 4),
+    ("exp(0)", None, 1),
+    ("2.4 GiB", "bytes", 2.4 * GiB),
+    ("2.4GiB", "bytes", 2.4 * GiB),
+    ("26.6 GB", "bytes", 26.6e9),
+    ("26.6 gb", "bytes", 26.6e9),
+    ("512 MiB", "bytes", 512 * 2**20),
+    ("2^30 B", "bytes", 2**30),
+    ("100 bytes", "bytes", 100),
+    ("515 GFLOPs", "FLOPs", 515e9),
+    ("5.2e11 FLOPs", "FLOPs", 5.2e11),
+    ("9 layers", "layers", 9),
+    ("1 layer", "layers", 1),
+    ("2336 tokens", "tokens", 2336),
+])
+def test_parse_reads_numbers_expressions_and_units(text, unit, value):
+    values = parse_answer(text, unit)["values"]
+    assert len(values) == 1 and math.isclose(values[0], value, rel_tol=1e-12)
+
+
+def test_parse_k_of_tokens_is_1024_or_1000():
+    """A 4K context is 4096 tokens; 18K may also mean 18,000: both candidates are graded."""
+    assert parse_answer("18K", "tokens")["values"] == [18432, 18000]
+    assert parse_answer("4K tokens", "tokens")["values"] == [4096, 4000]
+    assert parse_answer("4K", None)["values"] == [4000]
+
+
+def test_parse_reports_units_and_bases():
+    assert parse_answer("26.6 GB", "bytes")["base"] == "decimal"
+    p = parse_answer("2.4 GiB", "bytes")
+    assert (p["base"], p["power"], p["kind"], p["bare"]) == ("binary", 3, "bytes", False)
+    assert parse_answer("2400", "bytes")["bare"]
+    assert parse_answer("5 GFLOPs", "bytes")["kind"] == "FLOPs"
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1,2345", "1,5", "18 432", "2 +", "(2", "1/0", "ln(-1)",
+                                  "sqrt(-4)", "10^400", "1e400", "GiB", "5 %%", "9 heads", "2e", "=4"])
+def test_parse_rejects(text):
+    with pytest.raises(AnswerParseError):
+        parse_answer(text, None)
+
+
+# ----------------------------------------------------------------------------- grading
+def _box(expected, **kw):
+    return AnswerBox(expected, **{"label": "test", **kw})
+
+
+def test_right_within_one_percent_and_says_the_exact_value():
+    box = _box(960 * GiB, unit="bytes")
+    for text in ("960 GiB", "1030.8 GB", "1.0308e12", "2^30*960 B", "0.9375 TiB", "1,030,792,151,040"):
+        v = box.check(text)
+        assert v["status"] == "right", (text, v)
+    assert box.check("960 GiB")["message"] == "Right: 960.00 GiB (1,030,792,151,040 bytes)."
+
+
+def test_close_says_how_close_and_gives_the_hint():
+    box = _box(18432, unit="tokens", hint="weights 12 d^2 L b; the cache 2 L d b per token")
+    v = box.check("19000")
+    assert v == {"status": "close", "message": "Close: 3.1% high.", "value": 19000.0,
+                 "hint": "weights 12 d^2 L b; the cache 2 L d b per token"}
+    assert box.check("17000")["message"] == "Close: 7.8% low."
+
+
+def test_wrong_says_how_far():
+    box = _box(100.0)
+    assert box.check("150")["message"] == "Not quite: 50.0% too high."
+    assert box.check("350")["message"] == "Not quite: about 3.5 times too high."
+    assert box.check("1")["message"] == "Not quite: about 100 times too low."
+    assert box.check("-100")["message"] == "Not quite: the sign is wrong."
+    assert box.check("0")["message"] == "Not quite: the answer is not zero."
+    assert box.check("1e9")["message"] == "Not quite: over a million times too high."
+
+
+def test_exact_boxes_count_and_say_off_by_how_many():
+    box = _box(2336, unit="tokens", exact=True)
+    assert box.check("2336")["status"] == "right"
+    assert box.check("2,336 tokens")["status"] == "right"
+    assert box.check("2337")["message"] == "Close: 1 too high."
+    assert box.check("2330")["message"] == "Close: 6 too low."
+
+
+def test_zero_expected():
+    box = _box(0.0)
+    assert box.check("0")["status"] == "right"
+    assert box.check("0.0")["status"] == "right"
+    assert box.check("0.01")["status"] == "wrong"
+    assert _box(0.0, abs_tol=0.05).check("0.01")["status"] == "right"
+
+
+def test_the_box_slips_come_first_with_their_message():
+    box = _box(7, unit="sequences", exact=True, slips={8: "80 GiB is not 80 x 10^9 bytes."})
+    assert box.check("8") == {"status": "slip", "message": "80 GiB is not 80 x 10^9 bytes.", "hint": "",
+                              "value": 8.0}
+    assert box.check("7 sequences")["status"] == "right"
+
+
+def test_common_slips():
+    cache = _box(960 * GiB, unit="bytes")
+    assert cache.check("960 GB")["message"].startswith("Right digits, wrong unit")
+    assert cache.check("1030.8 GiB")["message"].startswith("Right digits, wrong unit")
+    assert cache.check("1920 GiB")["message"] == "Twice the answer: is something counted twice?"
+    assert cache.check("480 GiB")["message"] == "Half the answer: is a factor 2 missing?"
+    assert cache.check("960 MiB")["message"] == ("A factor 2^10 too low: check the unit prefix "
+                                                 "(KiB, MiB, GiB).")
+    assert cache.check("960")["status"] == "unit"  # a bare number of bytes, but the digits of GiB
+    assert cache.check("515 GFLOPs")["message"] == "The unit does not fit: the answer is a number of bytes."
+    assert cache.check("900 GiB")["status"] == "close"  # no slip is guessed for an ordinary miss
+    flops = _box(515396075520, unit="FLOPs")
+    assert flops.check("515.4")["message"] == "Add the unit: a bare number is read as FLOPs."
+    assert flops.check("515.4 GFLOPs")["status"] == "right"
+    assert flops.check("515.4 MFLOPs")["message"] == ("A factor 10^3 too low: check the unit prefix "
+                                                      "(K, M, G, T).")
+    tokens = _box(4096, unit="tokens", exact=True)
+    assert tokens.check("4K")["status"] == "right"
+    assert tokens.check("4000")["message"].startswith("Off by the ratio of 1000 to 1024")
+    assert tokens.check("5 GiB")["message"] == "The unit does not fit: the answer is a number of tokens."
+
+
+def test_empty_and_invalid_say_what_to_type():
+    box = _box(2.0, unit="bytes")
+    assert box.check("   ")["status"] == "empty"
+    v = box.check("two")
+    assert v["status"] == "invalid" and "2.4 GiB" in v["message"] and v["hint"] == ""
+
+
+def test_expected_comes_in_any_number_type():
+    import torch
+
+    assert _box(Fraction(1881, 3)).expected == 627.0
+    assert _box(torch.tensor(2.5)).expected == 2.5
+    with pytest.raises(ValueError):
+        _box(float("nan"))
+    with pytest.raises(TypeError):
+        _box(True)
+    with pytest.raises(ValueError):
+        _box(1, unit="GiB bytes")
+    with pytest.raises(ValueError):
+        _box(1, rel_tol=-1)
+
+
+def test_format_expected():
+    assert format_expected(960 * GiB, "bytes") == "960.00 GiB (1,030,792,151,040 bytes)"
+    assert format_expected(32, "bytes") == "32 bytes"
+    assert format_expected(515396075520, "FLOPs") == "515.40 GFLOPs (515,396,075,520 FLOPs)"
+    assert format_expected(18432, "tokens") == "18,432 tokens"
+    assert format_expected(math.log(9)) == "2.19722"
+
+
+def test_the_answer_is_not_in_the_repr_and_python_grades_what_the_page_sends():
+    box = _box(960 * GiB, unit="bytes", label="Exercise 2: the KV cache")
+    assert repr(box) == "AnswerBox(label='Exercise 2: the KV cache', unit='bytes')"
+    assert "960" not in repr(box) and "1030" not in repr(box)
+    box.answer = "960 GB"
+    assert box.verdict["status"] == "slip"
+    box.answer = "960 GiB"
+    assert box.verdict["status"] == "right"
+
+
+def test_front_end_files_are_the_widget_module():
+    box = _box(1)
+    assert box._esm == JS.read_text() and "export default" in box._esm
+    assert box._css == (ROOT / "attn_core" / "static" / "answer_box.css").read_text()
+    assert "http://" not in box._esm and "https://" not in box._esm  # no network
+
+
+# ----------------------------------------------------------------------------- Python == JavaScript
+SPECS = {
+    "cache": _box(960 * GiB, unit="bytes", slips={480 * GiB: "K or V only?"}, hint="2 B N L H_kv D b").spec,
+    "flops": _box(515396075520, unit="FLOPs", hint="8 N d^2 + 4 N^2 d").spec,
+    "tokens": _box(18432, unit="tokens", slips={36864: "twice"}).spec,
+    "exact": _box(7, unit="sequences", exact=True, slips={8: "GiB budget"}).spec,
+    "plain": _box(math.log(9), hint="logistic").spec,
+    "ratio": _box(1.2222222222222223).spec,
+    "zero": _box(0.0).spec,
+    "crossover": _box(Fraction(1881, 3), unit="tokens").spec,
+}
+TEXTS = [
+    "", "  ", "abc", "960 GiB", "1030.8 GB", "960 GB", "480 GiB", "1920 GiB", "960 MiB", "960", "1 TB",
+    "3 TiB", "900 GiB", "5 GFLOPs", "515 GFLOPs", "515.4", "5.15e11", "515.4 MFLOPs", "18432", "18,432",
+    "18K", "18.4K",
+    "19000", "17000", "36864", "36.9K tokens", "4000", "4K", "7", "8", "7 sequences", "6", "9 seq", "ln 9",
+    "ln(9)", "2.197", "2.2", "9", "log10(9)", "1.22x", "1.22", "122%", "0", "0.0", "-1", "1e400", "1/0",
+    "2^30 B", "(1+2)*3", "6 x 3072", "1.2\u00d710^9", "\u22122", "sqrt(2)^2", "exp(-1e400)", "2**10",
+    "627", "626.9", "640", "1/(1e300*1e300)", "1,5", ".5", "3.", "1.e2", "log2 8", "4 K", "2 KiB", "2.4GiB",
+]
+
+
+def _grader_source() -> str:
+    m = re.search(r"// <grader>\n(.*?)// </grader>", JS.read_text(), re.S)
+    assert m, "grader markers missing in answer_box.js"
+    return m.group(1)
+
+
+def test_grader_block_is_pure():
+    """The graded block touches no page, model or network: it runs in Node.js as it is."""
+    src = _grader_source()
+    for word in ("document", "window", "model", "fetch", "import"):
+        assert not re.search(rf"\b{word}\b", src), word
+
+
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed: the page's grader is not run here")
+def test_js_grader_equals_python(tmp_path):
+    """Every (spec, text) of the table gets the same verdict from the page's grader as from Python's."""
+    cases = [(name, text) for name in SPECS for text in TEXTS]
+    script = tmp_path / "grade.cjs"
+    script.write_text(_grader_source() + """
+const { specs, cases } = JSON.parse(require("fs").readFileSync(0, "utf8"));
+console.log(JSON.stringify(cases.map(([name, text]) => gradeAnswer(specs[name], text))));
+""")
+    out = subprocess.run([NODE, str(script)], input=json.dumps({"specs": SPECS, "cases": cases}),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    js = json.loads(out.stdout)
+    assert len(js) == len(cases)
+    statuses = set()
+    for (name, text), got in zip(cases, js):
+        want = grade(SPECS[name], text)
+        statuses.add(want["status"])
+        assert got["status"] == want["status"] and got["message"] == want["message"], (name, text, got, want)
+        assert got["hint"] == want["hint"], (name, text)
+        if want["value"] is None:
+            assert got["value"] is None
+        else:
+            assert math.isclose(got["value"], want["value"], rel_tol=1e-15), (name, text)
+    assert statuses == {"right", "close", "wrong", "slip", "unit", "invalid", "empty"}  # the table covers all
