@@ -576,3 +576,48 @@ def test_gradcheck_plain(name):
     """torch.autograd.gradcheck of each plain form, N = 5, D_k = 3, C = 2."""
     q, k, v = (x.requires_grad_() for x in make_qkv((2,), 5, 3, 2, seed=24))
     assert torch.autograd.gradcheck(lambda *a: PLAIN_FNS[name](*a, 2), (q, k, v), eps=1e-6, atol=1e-7)
+
+
+# --------------------------------------------------------------------------- the blocked no-grad path
+@pytest.mark.parametrize("block", [16, 48, 4096], ids=lambda b: f"block={b}")
+@pytest.mark.parametrize("gate", ["none", "scalar", "tiny"])
+def test_blocked_path_many_blocks(monkeypatch, gate, block):
+    """Without autograd the chunked forms run block by block; with blocks of 16 or 48 tokens, C = 8
+    (one, several and a partial block, a last chunk shorter than C) they equal the definition (1e-10)
+    and the vectorized path that autograd uses."""
+    import attn_core.linear as lin
+
+    monkeypatch.setattr(lin, "BLOCK_TOKENS", block)
+    q, k, v = make_qkv((2, 3), 101, 7, 5, seed=25)
+    gamma = None
+    if gate == "scalar":
+        gamma = make_gamma((3, 101), seed=26)
+    elif gate == "tiny":
+        gamma = torch.where(torch.rand(3, 101, generator=torch.Generator().manual_seed(27)) < 0.3, 1e-30, 0.9)
+        gamma = gamma.double()
+    ref = linear_attention_reference(q, k, v, gamma)
+    if gamma is None:
+        out = lin.causal_linear_attention_chunked(q, k, v, 8)
+        grad_path = lin.causal_linear_attention_chunked(q.requires_grad_(), k, v, 8)
+    else:
+        out = lin.gated_linear_attention_chunked(q, k, v, gamma, 8)
+        grad_path = lin.gated_linear_attention_chunked(q.requires_grad_(), k, v, gamma, 8)
+    assert grad_path.requires_grad and not out.requires_grad
+    torch.testing.assert_close(out, ref, **F64)
+    torch.testing.assert_close(grad_path.detach(), out, **F64)
+
+
+def test_blocked_path_float32_tiny_gates_finite():
+    """float32, gates of 1e-30 across block borders (blocks of 16 tokens): finite, = definition (F32)."""
+    q, k, v = make_qkv((2,), 100, 7, 5, seed=28)
+    gamma = torch.full((2, 100), 0.9, dtype=torch.float64)
+    gamma[:, ::5] = 1e-30
+    import attn_core.linear as lin
+
+    old, lin.BLOCK_TOKENS = lin.BLOCK_TOKENS, 16
+    try:
+        out = lin.gated_linear_attention_chunked(q.float(), k.float(), v.float(), gamma.float(), 8)
+    finally:
+        lin.BLOCK_TOKENS = old
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), linear_attention_reference(q, k, v, gamma), **F32)
