@@ -1,0 +1,189 @@
+"""The inference roofline: FLOPs per byte of each operation, prefill against decode.
+
+A machine does at most ``peak`` FLOP/s and moves at most ``bandwidth`` bytes/s between
+memory and its cores. An operation of intensity I = FLOPs / bytes runs at most at
+min(peak, I * bandwidth) FLOP/s: below the balance point I* = peak / bandwidth it is bound
+by memory, above it by compute (the roofline, Williams et al. 2009).
+
+Prefill multiplies N tokens at once by every weight (intensity ~ N); decode multiplies one
+token per sequence by every weight and reads the whole KV cache for it (intensity ~ 1, and
+G = H / H_kv for the attention of GQA). :func:`layer_ops` counts both; :func:`measure_matmul_flops`
+and :func:`measure_bandwidth` measure the two roofs of this machine; :func:`decode_attention` is
+the decode step of attention that :func:`decode_bytes` prices; :func:`serving` is the arithmetic
+of serving a preset: bytes per generated token, tokens per second, the batch where the KV cache
+reads overtake the weight reads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import _checks
+from .kv_cache import ModelConfig
+from .measure import time_fn
+
+__all__ = [
+    "H100_SXM",
+    "Op",
+    "layer_ops",
+    "measure_matmul_flops",
+    "measure_bandwidth",
+    "decode_attention",
+    "decode_bytes",
+    "serving",
+]
+
+#: Published peak figures of one current GPU (NVIDIA H100 SXM5 datasheet): dense BF16 tensor-core
+#: FLOP/s (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), HBM3 bytes/s, and
+#: shared memory per SM (configurable up to 228 KB).
+H100_SXM = {
+    "name": "NVIDIA H100 SXM",
+    "bf16_flops": 989e12,
+    "bandwidth": 3.35e12,
+    "smem_per_sm": 228 * 1024,
+    "source": "https://www.nvidia.com/en-us/data-center/h100/",
+}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a layer: FLOPs (2mkn per matmul) and bytes read plus written."""
+
+    name: str
+    flops: int
+    bytes: int
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per byte."""
+        return self.flops / self.bytes
+
+
+def layer_ops(model: ModelConfig, seq_len: int, phase: str = "prefill", batch: int = 1,
+              bytes_per_value: int = 2, num_kv_heads: int | None = None) -> list[Op]:
+    """The operations of one layer of ``model``, their FLOPs and the bytes they move.
+
+    phase "prefill": ``batch`` sequences of ``seq_len`` tokens at once, causal (half the
+    scores). phase "decode": one new token per sequence against a cache of ``seq_len`` tokens.
+    Bytes count each operand read once and each result written once (a fused attention
+    kernel: no N x N matrix in memory), ``bytes_per_value`` each. ``num_kv_heads`` overrides
+    H_kv (MHA: H, GQA: H / G, MQA: 1). MLA models are not modelled here.
+    """
+    if model.is_mla:
+        raise ValueError(f"model must not be an MLA model ({model.name}); layer_ops models MHA/GQA/MQA")
+    if phase not in ("prefill", "decode"):
+        raise ValueError(f"phase must be 'prefill' or 'decode', got {phase!r}")
+    n = _checks.positive_int("seq_len", seq_len)
+    batch = _checks.positive_int("batch", batch)
+    b = _checks.positive_int("bytes_per_value", bytes_per_value)
+    h_kv = model.num_kv_heads if num_kv_heads is None else _checks.positive_int("num_kv_heads", num_kv_heads)
+    d, h, dh, f = model.d_model, model.num_heads, model.d_head, model.ffn_dim
+    n_mat = {"mlp": 2, "swiglu": 3}[model.ffn]
+    t = batch * n if phase == "prefill" else batch  # tokens multiplied by the weights
+    if phase == "prefill":  # causal: each of the N queries sees (N + 1) / 2 keys on average
+        pairs = batch * n * (n + 1) // 2
+        attn_bytes = (2 * t * h * dh + 2 * t * h_kv * dh) * b  # read Q, K, V, write O
+    else:
+        pairs = batch * n
+        attn_bytes = (2 * batch * h * dh + 2 * batch * n * h_kv * dh) * b  # q, o; the whole cache
+    return [
+        Op("Q projection", 2 * t * d * h * dh, (t * d + d * h * dh + t * h * dh) * b),
+        Op("K, V projections", 2 * t * d * 2 * h_kv * dh,
+           (t * d + 2 * d * h_kv * dh + 2 * t * h_kv * dh) * b),
+        Op("attention (QK^T, PV)", 4 * pairs * h * dh, attn_bytes),
+        Op("output projection", 2 * t * h * dh * d, (t * h * dh + h * dh * d + t * d) * b),
+        Op("FFN", 2 * t * d * f * n_mat, (t * d + n_mat * d * f + t * d) * b),
+    ]
+
+
+def measure_matmul_flops(n: int = 1024, dtype: torch.dtype = torch.float32, repeats: int = 5) -> float:
+    """FLOP/s of an n x n by n x n matmul on the CPU (2 n^3 FLOPs over its median time)."""
+    n = _checks.positive_int("n", n)
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=g).to(dtype)
+    c = torch.randn(n, n, generator=g).to(dtype)
+    out = torch.empty(n, n, dtype=dtype)
+    seconds = time_fn(torch.matmul, a, c, out=out, repeats=repeats, warmup=1)
+    return 2 * n**3 / seconds
+
+
+def measure_bandwidth(nbytes: int = 1 << 28, repeats: int = 5) -> float:
+    """Bytes/s of a streaming copy of ``nbytes`` (read ``nbytes`` and write ``nbytes``)."""
+    nbytes = _checks.positive_int("nbytes", nbytes)
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    seconds = time_fn(dst.copy_, src, repeats=repeats, warmup=1)
+    return 2 * src.nbytes / seconds
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     scale: float | None = None) -> torch.Tensor:
+    """One decode step of attention: the new token's queries against the cached keys and values.
+
+    q: (..., H, D); k_cache: (..., H_kv, N, D); v_cache: (..., H_kv, N, D_v) -> (..., H, D_v).
+    The G = H / H_kv query heads of a group share one K/V head: each cached byte is read once.
+    """
+    _checks.tensor("q", q, min_dim=2)
+    _checks.tensor("k_cache", k_cache, min_dim=3)
+    _checks.tensor("v_cache", v_cache, min_dim=3)
+    h, dh = q.shape[-2:]
+    h_kv, n = k_cache.shape[-3:-1]
+    if k_cache.shape[-1] != dh or k_cache.shape[:-3] != q.shape[:-2]:
+        raise ValueError(f"k_cache (..., H_kv, N, D) does not match q (..., H, D): {tuple(k_cache.shape)} "
+                         f"against {tuple(q.shape)}")
+    if v_cache.shape[:-1] != k_cache.shape[:-1]:
+        raise ValueError(f"v_cache must be (..., H_kv, N, D_v) like k_cache, got {tuple(v_cache.shape)}")
+    if h % h_kv:
+        raise ValueError(f"the query heads of q ({h}) must be a multiple of the K/V heads of "
+                         f"k_cache ({h_kv})")
+    scale = 1.0 / math.sqrt(dh) if scale is None else scale
+    qg = q.reshape(*q.shape[:-2], h_kv, h // h_kv, dh)  # "... (H_kv G) D -> ... H_kv G D"
+    s = torch.matmul(qg, k_cache.transpose(-1, -2)) * scale  # (..., H_kv, G, N)
+    p = torch.softmax(s, dim=-1)
+    out = torch.matmul(p, v_cache)  # (..., H_kv, G, D_v)
+    return out.reshape(*q.shape[:-2], h, v_cache.shape[-1])  # "... H_kv G D_v -> ... (H_kv G) D_v"
+
+
+def decode_bytes(seq_len: int, num_heads: int, num_kv_heads: int, d_head: int,
+                 bytes_per_value: int = 2, batch: int = 1) -> int:
+    """Bytes a decode step of attention reads and writes: the cache 2 B N H_kv D b, plus q and o."""
+    n = _checks.positive_int("seq_len", seq_len)
+    h = _checks.positive_int("num_heads", num_heads)
+    h_kv = _checks.positive_int("num_kv_heads", num_kv_heads)
+    dh = _checks.positive_int("d_head", d_head)
+    b = _checks.positive_int("bytes_per_value", bytes_per_value)
+    batch = _checks.positive_int("batch", batch)
+    return batch * (2 * n * h_kv * dh + 2 * h * dh) * b
+
+
+def serving(model: ModelConfig, seq_len: int, batch: int = 1, bandwidth: float = H100_SXM["bandwidth"],
+            bytes_per_value: int = 2) -> dict[str, float]:
+    """Memory-bound serving arithmetic of ``model`` at a context of ``seq_len`` tokens.
+
+    Each decode step reads the layers' weights once (the matrices a token passes through:
+    ``L * (attention_params + ffn_params)``; embeddings, norms and the output head left out)
+    and every sequence's KV cache. Returns ``weight_bytes``, ``kv_bytes`` (per sequence),
+    ``bytes_per_step``, ``bytes_per_token`` (per generated token: the step's bytes over the
+    batch), ``tokens_per_s`` (per sequence, at ``bandwidth`` bytes/s, if reading were all
+    the step did) and ``crossover_batch`` (weights / KV per sequence: the batch from which
+    the KV reads outweigh the weight reads).
+    """
+    n = _checks.positive_int("seq_len", seq_len)
+    batch = _checks.positive_int("batch", batch)
+    if not (isinstance(bandwidth, (int, float)) and bandwidth > 0):
+        raise ValueError(f"bandwidth must be a positive number of bytes/s, got {bandwidth!r}")
+    b = _checks.positive_int("bytes_per_value", bytes_per_value)
+    weights = model.num_layers * (model.attention_params() + model.ffn_params()) * b
+    kv = model.kv_bytes(n, bytes_per_value=b)
+    step = weights + batch * kv
+    return {
+        "weight_bytes": weights,
+        "kv_bytes": kv,
+        "bytes_per_step": step,
+        "bytes_per_token": step / batch,
+        "tokens_per_s": bandwidth / step,
+        "crossover_batch": weights / kv,
+    }
