@@ -147,6 +147,16 @@ def test_the_box_slips_come_first_with_their_message():
     assert box.check("7 sequences")["status"] == "right"
 
 
+def test_a_slip_near_the_answer_narrows_right():
+    """5d/H = 640 is a slip for a crossover of 638.3: typing 640 must not be graded right."""
+    n_star = Fraction(5 * 8 * 3072 * 2, 8 * 24 * 2 + 1)  # B = 8, bf16, d = 3072, H = 24
+    box = _box(n_star, unit="tokens", slips={640: "5d/H ignores the mask"})
+    assert box.check("640")["status"] == "slip"
+    assert box.check("638.3")["status"] == "right"
+    with pytest.raises(ValueError):
+        _box(8, slips={8: "the answer itself"})
+
+
 def test_common_slips():
     cache = _box(960 * GiB, unit="bytes")
     assert cache.check("960 GB")["message"].startswith("Right digits, wrong unit")

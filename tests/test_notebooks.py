@@ -145,18 +145,53 @@ def test_one_title_and_exercises(path):
         assert _after_exercises(cells), f"{path.name} has no '## Exercises' heading"
 
 
+ANSWER_BOX = re.compile(r"\bAnswerBox\(")
+
+
+def is_answer_box_cell(cell: dict) -> bool:
+    """A cell that only builds and shows answer boxes: it makes an AnswerBox, is tagged hide-input,
+    and its outputs are the boxes themselves (widget views), never printed text or a figure."""
+    if cell["cell_type"] != "code" or not ANSWER_BOX.search("".join(cell["source"])):
+        return False
+    if "hide-input" not in cell["metadata"].get("tags", []):
+        return False
+    outputs = cell.get("outputs", [])
+    return bool(outputs) and all(
+        o["output_type"] in ("display_data", "execute_result")
+        and "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+        and "AnswerBox(" in "".join(o["data"].get("text/plain", ""))
+        for o in outputs
+    )
+
+
+def test_answer_box_cells_are_recognized():
+    """The checker of the next test: a box cell passes, a cell that prints beside its box does not."""
+    view = {"application/vnd.jupyter.widget-view+json": {"model_id": "x"},
+            "text/plain": "AnswerBox(label='Exercise 1', unit=None)"}
+    box = {"cell_type": "code", "source": "AnswerBox(n_star)", "metadata": {"tags": ["hide-input"]},
+           "outputs": [{"output_type": "execute_result", "data": view}]}
+    assert is_answer_box_cell(box)
+    printed = {**box, "outputs": box["outputs"] + [{"output_type": "stream", "text": "18432"}]}
+    assert not is_answer_box_cell(printed)
+    assert not is_answer_box_cell({**box, "metadata": {"tags": []}})
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_exercises_hide_their_answers(path):
     """After `## Exercises`, every code cell is tagged hide-cell (input and output hidden until the
-    reader opens it) and prose says Solution/Answer only inside a dropdown admonition."""
+    reader opens it), except answer-box cells (hide-input: the box shows, the code that computes its
+    answer does not; they print nothing), and prose says Solution/Answer only inside a dropdown
+    admonition."""
     after = _after_exercises(_load(path)["cells"])
     assert after, f"{path.name} has no '## Exercises' heading"
     shown = [
         "".join(c["source"])[:120] for c, text in after
         if c["cell_type"] == "code" and text.strip()
         and not HIDDEN_CELL & set(c["metadata"].get("tags", []))
+        and not is_answer_box_cell(c)
     ]
-    assert not shown, (f"{path.name}: code cells after '## Exercises' must be tagged hide-cell:\n"
+    assert not shown, (f"{path.name}: code cells after '## Exercises' must be tagged hide-cell "
+                       "(or be answer-box cells tagged hide-input):\n"
                        + "\n---\n".join(shown))
     told = [line for c, text in after if c["cell_type"] == "markdown"
             for line in words_outside_dropdowns(text)]
@@ -175,10 +210,15 @@ def test_embedded_widget_code_is_current(path):
     The static page runs the JavaScript stored in the notebook's widget state, so after a change to
     attn_core/static the widget notebooks must be re-executed (`make notebooks`).
     """
+    import importlib
+
     state = _load(path).get("metadata", {}).get("widgets", {})
     models = state.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    static = ROOT / "attn_core" / "static"
     for model in models.values():
         if model.get("model_module") == "anywidget":
-            assert model["state"]["_esm"] == (static / "ledger_widgets.js").read_text(), "make notebooks"
-            assert model["state"].get("_css", "") == (static / "ledger_widgets.css").read_text()
+            # each widget class names its own front end (ledger_widgets.js, answer_box.js)
+            module_name, _, class_name = model["state"]["_anywidget_id"].rpartition(".")
+            cls = getattr(importlib.import_module(module_name), class_name)
+            esm, css = str(cls._esm), str(cls._css)  # anywidget holds the files' current contents
+            assert model["state"]["_esm"] == esm, f"{class_name}'s front end changed: make notebooks"
+            assert model["state"].get("_css", "") == css
