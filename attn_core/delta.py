@@ -23,7 +23,7 @@ plain gated linear attention with u_t in place of v_t. Two forms of each:
 
   so U = U0 - W M with U0 = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta exp(b)) K,
   solved for every chunk at once (``torch.linalg.solve_triangular``). Only the pass of the state
-  from chunk to chunk is a loop, N/C steps of two small matmuls:
+  from chunk to chunk is a loop, N/C steps of small matmuls:
 
       U_c = U0_c - W_c M,  M <- exp(b_C) M + (K_c * exp(b_C - b))^T U_c,
       Y_c = (Q_c * exp(b)) M_entering + tril(Q_c K_c^T * Gamma) U_c.
@@ -164,8 +164,9 @@ def gated_delta_rule_chunked(
     """Chunked gated delta rule, by the WY / UT representation (see the module docstring).
 
     Everything inside a chunk (the C x C triangular solves, the decays, Q K^T) is computed for
-    all chunks at once; the state crosses the N/C chunk borders in a loop of two small matmuls
-    per chunk. N need not be a multiple of C (padding: zero q, k, v, beta = 0, gamma = 1,
+    all chunks at once; the state crosses the N/C chunk borders in a loop of small matmuls, so
+    autograd keeps one D_k x D_v state per chunk (the recurrent form keeps one per token).
+    N need not be a multiple of C (padding: zero q, k, v, beta = 0, gamma = 1,
     tokens that change nothing). Arguments and returns as :func:`gated_delta_rule_recurrent`.
     """
     n, d_k, d_v, lead, beta, gamma, state = _prepare(q, k, v, beta, gamma, initial_state)
@@ -196,15 +197,14 @@ def gated_delta_rule_chunked(
         state = q.new_zeros(lead.numel(), d_k, d_v)  # (B', D_k, D_v): M_0
     else:
         state = state.reshape(-1, d_k, d_v)  # (B', D_k, D_v)
-    entering, us = [], []
-    for i in range(t):  # the only sequential part: N/C steps
-        entering.append(state)
+    q_in = qc if into is None else qc * into  # (B', N/C, C, D_k): queries reading the entering state
+    qk = (qc @ kc.mT) * decay  # (B', N/C, C, C): tril(Q K^T * Gamma), inside each chunk
+    ys = []
+    for i in range(t):  # the only sequential part: N/C steps, each state used (and saved) once
         u = u0[:, i] - w[:, i] @ state  # (B', C, D_v): the chunk's corrected values
-        us.append(u)
+        ys.append(q_in[:, i] @ state + qk[:, i] @ u)  # (B', C, D_v)
         state = (state if end is None else end[:, i] * state) + k_out[:, i].mT @ u  # (B', D_k, D_v)
-    states, u = torch.stack(entering, 1), torch.stack(us, 1)  # (B', N/C, D_k, D_v), (B', N/C, C, D_v)
-    q_in = qc if into is None else qc * into  # (B', N/C, C, D_k)
-    y = q_in @ states + ((qc @ kc.mT) * decay) @ u  # (B', N/C, C, D_v)
+    y = torch.stack(ys, 1)  # (B', N/C, C, D_v)
     y = y.reshape(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
     return (y, state.reshape(*lead, d_k, d_v)) if output_final_state else y
 
