@@ -33,6 +33,13 @@ __all__ = [
     "fused_activation_bytes",
     "memory_crossover",
     "dtype_bytes",
+    "BLOCK_ITEMS",
+    "FFN_KINDS",
+    "NORMS",
+    "ATTENTION_KINDS",
+    "RECOMPUTE_POLICIES",
+    "block_ledger",
+    "korthikanti_bytes",
 ]
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
@@ -44,7 +51,7 @@ ITEM_SHAPES: dict[str, str] = {
     "V": "values V [B, N, H_kv D_v]",
     "S": "scores S [B, H, N, N]",
     "P": "softmax weights P [B, H, N, N]",
-    "dropout": "dropout mask [B, H, N, N]",
+    "dropout": "dropout mask or multiplier [B, H, N, N]",
     "P_drop": "P after dropout [B, H, N, N]",
     "ctx": "context P V [B, N, H D_v]",
     "mask": "causal mask [N, N], bool",
@@ -152,3 +159,140 @@ def memory_crossover(d_model: int, H: int, *, saved: str = "teaching", dropout: 
     else:
         linear, quadratic = 5 * b, (2 * b + m) if dropout else b
     return linear * d_model / (quadratic * H)
+
+
+# ------------------------------------------------------------- the whole block (attn_core.block)
+# The pre-norm block these items count, and its measurement, are in attn_core.block.
+
+_BLOCK_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+FFN_KINDS: tuple[str, ...] = ("gelu", "swiglu")
+NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
+ATTENTION_KINDS: tuple[str, ...] = ("eager", "fused")
+RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
+
+_BLOCK_BLOCK_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+#: item -> what it is (shapes in the book's symbols; F the FFN width)
+BLOCK_ITEMS: dict[str, str] = {
+    "X": "block input X [B, N, d] (norm1's input; with full recomputation the only item)",
+    "norm1.fp32_input": "RMSNorm: X upcast to float32 [B, N, d] (16-bit dtypes only)",
+    "norm1.stats": "norm1 statistics per token, float32 (LayerNorm: mean and rstd; RMSNorm: rstd)",
+    "norm1.normalized": "RMSNorm: the float32 normalized X before the weight [B, N, d]",
+    "norm1.out": "norm1's output, the projections' input [B, N, d]",
+    "Q": "queries [B, H, N, D]",
+    "K": "keys [B, H_kv, N, D]",
+    "V": "values [B, H_kv, N, D]",
+    "P": "eager: softmax weights P [B, H, N, N]",
+    "attn_dropout.mask": "eager: dropout mask on P [B, H, N, N]",
+    "P_drop": "eager: P after dropout, saved by the P V matmul [B, H, N, N]",
+    "attn.lse": "fused: logsumexp per query row and head, float32 [B, H, N]",
+    "ctx": "attention output, the O projection's input [B, N, H D]",
+    "attn_resid.mask": "dropout mask on the attention branch [B, N, d]",
+    "h": "the residual stream after attention [B, N, d] (norm2's input)",
+    "norm2.fp32_input": "RMSNorm: h upcast to float32 [B, N, d] (16-bit dtypes only)",
+    "norm2.stats": "norm2 statistics per token, float32",
+    "norm2.normalized": "RMSNorm: the float32 normalized h [B, N, d]",
+    "norm2.out": "norm2's output, the FFN's input [B, N, d]",
+    "ffn.gate": "SwiGLU: the gate projection, silu's input [B, N, F]",
+    "ffn.silu": "SwiGLU: silu(gate) [B, N, F]",
+    "ffn.up": "GeLU: the first projection, GeLU's input; SwiGLU: the up projection [B, N, F]",
+    "ffn.act": "the second (down) projection's input: GeLU(up) or silu(gate) * up [B, N, F]",
+    "ffn_resid.mask": "dropout mask on the FFN branch [B, N, d]",
+}
+
+#: items that exist only without recomputation of the attention core (N x N or the fused kernel's)
+_CORE_ITEMS = ("P", "attn_dropout.mask", "P_drop", "attn.lse")
+
+
+def _choice(name: str, value, options: tuple[str, ...]) -> str:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
+    return value
+
+
+def _check_block_args(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm, attention, mask_bytes,
+                      recompute, dtype):
+    B = _checks.positive_int("B", B)
+    N = _checks.positive_int("N", N)
+    d = _checks.positive_int("d_model", d_model)
+    H = _checks.positive_int("H", H)
+    _checks.divisible("d_model", d, "H", H)
+    H_kv = H if num_kv_heads is None else _checks.positive_int("num_kv_heads", num_kv_heads)
+    _checks.divisible("H", H, "num_kv_heads", H_kv)
+    _choice("ffn", ffn, FFN_KINDS)
+    Fw = 4 * d if ffn_dim is None else _checks.positive_int("ffn_dim", ffn_dim)
+    _choice("norm", norm, NORMS)
+    _choice("attention", attention, ATTENTION_KINDS)
+    _choice("recompute", recompute, RECOMPUTE_POLICIES)
+    if dtype not in _BLOCK_DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(_BLOCK_DTYPE_BYTES)}, got {dtype!r}")
+    b = _BLOCK_DTYPE_BYTES[dtype]
+    m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
+    return B, N, d, H, H_kv, Fw, b, m
+
+
+def block_ledger(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | None = None,
+                 ffn: str = "gelu", ffn_dim: int | None = None, norm: str = "layernorm",
+                 dropout: bool = True, attention: str = "eager", mask_bytes: int | None = None,
+                 recompute: str = "none", dtype: str = "bf16") -> dict[str, int]:
+    """Bytes of each tensor one pre-norm transformer block keeps for backward, by item.
+
+    Items are the keys of :data:`BLOCK_ITEMS`, always all of them, in that order (0 where an
+    option leaves an item out). D = d/H; the FFN width is ``ffn_dim`` (default 4d). Weights,
+    gradients, optimizer state and the block's output (the next block's X) are not counted.
+    ``dtype`` in {"fp32", "fp16", "bf16"}; the norms' statistics are float32 whatever it is.
+    """
+    B, N, d, H, H_kv, Fw, b, m = _check_block_args(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm,
+                                                   attention, mask_bytes, recompute, dtype)
+    D = d // H
+    tok = B * N  # tokens in the micro-batch
+    drop = bool(dropout)
+    eager = attention == "eager"
+    rms = norm == "rmsnorm"
+    swiglu = ffn == "swiglu"
+    nn_ = B * H * N * N  # values in one (B, H, N, N) tensor
+    out = dict.fromkeys(BLOCK_ITEMS, 0)
+    if recompute == "full":
+        out["X"] = tok * d * b
+        return out
+    upcast = rms and b != 4  # RMSNorm's float32 copy of a 16-bit input (fp32: the input itself)
+
+    def norm_items(i: str, x_item: str) -> None:
+        out[x_item] = 0 if upcast else tok * d * b
+        out[f"{i}.fp32_input"] = tok * d * 4 if upcast else 0
+        out[f"{i}.stats"] = tok * 4 * (1 if rms else 2)
+        out[f"{i}.normalized"] = tok * d * 4 if rms else 0
+        out[f"{i}.out"] = tok * d * b
+
+    norm_items("norm1", "X")
+    out["Q"] = tok * H * D * b
+    out["K"] = tok * H_kv * D * b
+    out["V"] = tok * H_kv * D * b
+    if eager:
+        out["P"] = nn_ * b
+        out["attn_dropout.mask"] = nn_ * m if drop else 0
+        out["P_drop"] = nn_ * b if drop else 0
+    else:
+        out["attn.lse"] = 4 * B * H * N
+    out["ctx"] = tok * H * D * b
+    out["attn_resid.mask"] = tok * d * m if drop else 0
+    norm_items("norm2", "h")
+    out["ffn.gate"] = tok * Fw * b if swiglu else 0
+    out["ffn.silu"] = tok * Fw * b if swiglu else 0
+    out["ffn.up"] = tok * Fw * b
+    out["ffn.act"] = tok * Fw * b
+    out["ffn_resid.mask"] = tok * d * m if drop else 0
+    if recompute == "selective":
+        for k in _CORE_ITEMS:
+            out[k] = 0
+    return out
+
+
+def korthikanti_bytes(B: int, N: int, d_model: int, H: int, recompute: str = "none") -> int:
+    """Korthikanti et al. (2022), activations of one layer: 34 s b h + 5 a s^2 b bytes ("none"),
+    34 s b h ("selective"), 2 s b h ("full"); s = N, b = B (the paper's batch), h = d, a = H."""
+    args = (("N", N), ("B", B), ("d_model", d_model), ("H", H))
+    s, bb, h, a = (_checks.positive_int(n, v) for n, v in args)
+    _choice("recompute", recompute, RECOMPUTE_POLICIES)
+    return {"none": 34 * s * bb * h + 5 * a * s * s * bb, "selective": 34 * s * bb * h,
+            "full": 2 * s * bb * h}[recompute]
