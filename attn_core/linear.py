@@ -179,9 +179,16 @@ def _chunk_states(log_a: torch.Tensor, u: torch.Tensor, block: int = SCAN_BLOCK)
 
 
 # --------------------------------------------------------------------------- blocked no-grad path
-def _no_grad_path(*tensors) -> bool:
-    """True when nothing will be differentiated: the chunked forms may then write into buffers (out=)."""
-    return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
+def _use_blocks(lead: torch.Size, n: int, q, k, v, gamma=None) -> bool:
+    """Whether a chunked form runs block by block (:func:`_blocked_chunked`).
+
+    Only when nothing will be differentiated (the blocks write into buffers with out=, which
+    autograd does not allow) and the batch holds more than one block of tokens: a smaller input
+    is done at once, in fewer and larger operations, its temporaries no larger than one block's.
+    """
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, gamma)):
+        return False
+    return q.dtype == k.dtype == v.dtype and lead.numel() * n > BLOCK_TOKENS
 
 
 def _blocked_chunked(q, k, v, log_g, c: int) -> torch.Tensor:
@@ -315,7 +322,7 @@ def causal_linear_attention_chunked(
     chunk = _check_chunk(chunk)
     c = min(chunk, n)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if _no_grad_path(q, k, v) and q.dtype == k.dtype == v.dtype:
+    if _use_blocks(lead, n, q, k, v):
         flat = [x.expand(*lead, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (q, k, v)]  # (B', N, D)
         return _blocked_chunked(*flat, None, c).view(*lead, n, d_v)
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
@@ -491,7 +498,7 @@ def gated_linear_attention_chunked(
         y = intra + q_in @ states  # (B', N/C, C, D_v)
         return y.reshape(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-1])
-    if _no_grad_path(q, k, v, gamma) and q.dtype == k.dtype == v.dtype:
+    if _use_blocks(lead, n, q, k, v, gamma):
         flat = [x.expand(*lead, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (q, k, v)]  # (B', N, D)
         log_g = _log_gamma(gamma, dt).expand(*lead, n).reshape(-1, n)  # (B', N)
         return _blocked_chunked(*flat, log_g, c).view(*lead, n, d_v)
