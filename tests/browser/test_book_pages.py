@@ -9,7 +9,9 @@ the test, so the book must work with no network. On widget pages each slider is 
 keyboard; the numbers the page then shows must change and equal what attn_core computes in Python
 for the same inputs. A screenshot of every widget page is saved under _build/screenshots/.
 
-Exercise solutions (hide-cell code, dropdown admonitions) must be closed until clicked. At several
+Exercise solutions (hide-cell code, dropdown admonitions) must be closed until clicked. Every answer
+box of every chapter is graded in the page: a wrong answer, its slips and the right one are typed and
+submitted with Enter, and the verdict must be the one Python gives. At several
 widths a page shows one search box, the book's title at most once, and no empty header band (the
 look of sphinx-book-theme 1.3.0 with pydata-sphinx-theme 0.17.1; constraints.txt pins 1.2.0/0.16.1).
 Set BOOK_HTML to check a build elsewhere than _build/html.
@@ -22,6 +24,7 @@ import http.server
 import importlib
 import math
 import os
+import re
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -38,6 +41,10 @@ LAUNCH_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+# the anywidgets with sliders: every attn_core widget but the answer boxes
+SLIDER_WIDGET = re.compile(r'"_anywidget_id":\s*"attn_core\.widgets\.(?!answer\.)')
+ANSWER_WIDGET = re.compile(r'"_anywidget_id":\s*"attn_core\.widgets\.answer\.AnswerBox"')
+LEDGER = ".static-anywidget[data-rendered=true]:has(.al-widget)"  # a rendered slider widget
 
 
 def _pages() -> list[Path]:
@@ -134,7 +141,8 @@ def test_every_chapter_page_was_checked():
 
 # ----------------------------------------------------------------------------- widgets
 def _widget_pages() -> list[Path]:
-    return [p for p in _pages() if WIDGET_VIEW in p.read_text(encoding="utf-8")]
+    """Pages with a slider widget (the ledger widgets; answer boxes have no sliders)."""
+    return [p for p in _pages() if SLIDER_WIDGET.search(p.read_text(encoding="utf-8"))]
 
 
 def _python_values(anywidget_id: str, state: dict) -> dict:
@@ -179,8 +187,8 @@ def test_sliders_live_and_equal_python(page, browser, server):
     w = PageWatch(browser, server)
     try:
         w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
-        w.page.wait_for_selector(".static-anywidget[data-rendered=true]", timeout=15_000)
-        widgets = w.page.query_selector_all(".static-anywidget[data-rendered=true]")
+        w.page.wait_for_selector(LEDGER, timeout=15_000)
+        widgets = w.page.query_selector_all(LEDGER)
         assert widgets
         moved = 0
         for handle in widgets:
@@ -235,7 +243,7 @@ def test_widget_page_opened_from_disk(page, browser):
     try:
         w.page.goto(page.as_uri(), wait_until="load")
         w.page.wait_for_selector("mjx-container", state="attached", timeout=15_000)
-        handle = w.page.wait_for_selector(".static-anywidget[data-rendered=true]", timeout=15_000)
+        handle = w.page.wait_for_selector(LEDGER, timeout=15_000)
         before = _shown_values(handle)
         slider = handle.query_selector("input[type=range]")
         _nudge(w.page, slider)
@@ -262,11 +270,19 @@ def test_exercise_solutions_hidden_until_clicked(page, browser, server):
     try:
         w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
         w.page.wait_for_load_state("networkidle")
+        if WIDGET_VIEW in page.read_text(encoding="utf-8"):
+            _wait_widgets_rendered(w.page)
         section = w.page.locator("section#exercises")
         assert section.count() == 1, "no Exercises section"
         cells = section.locator("div.cell")
         for k in range(cells.count()):
-            classes = cells.nth(k).get_attribute("class").split()
+            cell = cells.nth(k)
+            classes = cell.get_attribute("class").split()
+            if "tag_hide-input" in classes and cell.locator(".exercise-check").count():
+                # an answer box: the box shows, the code that computes its answer does not
+                assert not any(_visible(cell.locator(".cell_input"))), "an answer box's code is visible"
+                assert all(_visible(cell.locator(".exercise-check"))), "an answer box is hidden"
+                continue
             assert "tag_hide-cell" in classes, f"a code cell under Exercises is not hidden: {classes}"
         toggles = section.locator("div.cell.tag_hide-cell")
         dropdowns = section.locator("div.dropdown.admonition")
@@ -288,6 +304,84 @@ def test_exercise_solutions_hidden_until_clicked(page, browser, server):
             box.locator(":scope > .admonition-title").click()
             assert any(_visible(body)), "dropdown solution not shown after a click"
         assert w.errors == [], w.errors
+    finally:
+        w.page.close()
+
+
+# ----------------------------------------------------------------------------- answer boxes
+ALL_RENDERED = f"""() => !document.querySelector('script[type="{WIDGET_VIEW}"]')
+  && [...document.querySelectorAll('.static-anywidget')].every(e => e.dataset.rendered === 'true')"""
+
+
+def _wait_widgets_rendered(page) -> None:
+    page.wait_for_function(ALL_RENDERED, timeout=15_000)
+
+
+def _answer_pages() -> list[Path]:
+    return [p for p in _exercise_pages() if ANSWER_WIDGET.search(p.read_text(encoding="utf-8"))]
+
+
+def _wrong_text(spec: dict) -> str:
+    """A typed value that Python grades plainly wrong for this box (no slip, not close)."""
+    from attn_core.widgets.answer import grade
+
+    e = spec["expected"]
+    for value in (3 * e + 7, 1e-3 * e + 0.123, e + 1e6 + 7, -e - 5):
+        if grade(spec, repr(float(value)))["status"] == "wrong":
+            return repr(float(value))
+    raise AssertionError(f"no wrong answer found for {spec['label']!r}")
+
+
+def _submit(page, field, text: str) -> None:
+    """Type an answer as a reader would, and submit it with Enter."""
+    field.fill("")
+    field.focus()
+    page.keyboard.type(text)
+    page.keyboard.press("Enter")
+
+
+@pytest.mark.parametrize("page", _answer_pages(), ids=_rel)
+def test_answer_boxes_grade_in_the_page(page, browser, server):
+    """Every answer box of a chapter, offline and with no kernel: the input is found by its label,
+    a wrong answer, each of the box's slips and then the right answer are typed and submitted with
+    Enter, and the verdict (role="status") says what Python's grade says for the same text. The
+    Check button is reachable with Tab and works with Space."""
+    from attn_core.widgets.answer import grade
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    w = PageWatch(browser, server)
+    try:
+        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
+        _wait_widgets_rendered(w.page)
+        boxes = w.page.locator(".exercise-check")
+        models = w.page.evaluate("() => Object.values(window.staticWidgetModels)"
+                                 ".filter(m => m.get('_anywidget_id').endsWith('.AnswerBox')).length")
+        assert boxes.count() == models > 0, f"{boxes.count()} boxes shown for {models} AnswerBox widgets"
+        for k in range(boxes.count()):
+            box = boxes.nth(k)
+            model_id = box.evaluate("e => e.closest('.static-anywidget').dataset.modelId")
+            spec = w.page.evaluate("id => window.staticWidgetModels[id].get('spec')", model_id)
+            field = box.get_by_label(spec["label"], exact=True)  # the label is tied to the input
+            status = box.get_by_role("status")
+            assert field.count() == 1 and status.count() == 1
+            tries = [_wrong_text(spec)] + [repr(float(v)) for v, _ in spec["slips"]]
+            tries.append(repr(float(spec["expected"])))
+            for text in tries:
+                _submit(w.page, field, text)
+                want = grade(spec, text)
+                assert status.get_attribute("data-verdict") == want["status"], (spec["label"], text)
+                shown = status.inner_text()
+                assert want["message"] in shown and want["hint"] in shown, (spec["label"], text, shown)
+            assert status.get_attribute("data-verdict") == "right"
+            if k == 0:
+                field.fill("0.5 bananas")
+                w.page.keyboard.press("Tab")  # from the input to the Check button
+                assert box.get_by_role("button").evaluate("b => b === document.activeElement")
+                w.page.keyboard.press("Space")
+                assert status.get_attribute("data-verdict") == "invalid"
+                _submit(w.page, field, _wrong_text(spec))
+                box.screenshot(path=str(SHOTS / f"answer_box_{page.stem}.png"))
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
     finally:
         w.page.close()
 

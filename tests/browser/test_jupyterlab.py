@@ -1,9 +1,14 @@
-"""The sliders in JupyterLab with a live kernel: a key press moves them, and Python sees the move.
+"""The widgets in JupyterLab with a live kernel: sliders and answer boxes, and Python sees both.
 
 A JupyterLab server runs on 127.0.0.1 over a scratch notebook that shows MemoryLedgerWidget and
 then prints its Python-side state. Chromium (Debian's, through Playwright) runs the notebook,
 moves the N slider with the keyboard, re-runs the print cell, and checks that the kernel got the
 new N and that the total the page shows equals the one Python computed.
+
+The same server opens a copy of one chapter (ANSWER_CHAPTER, outputs cleared, one cell appended
+that reports the boxes' Python-side grades), runs it, types a wrong and then the right answer into
+every answer box, submitting with Enter, checks each verdict against Python's grade of the same
+text, and re-runs the last cell: the kernel must have received every answer and graded it right.
 """
 
 from __future__ import annotations
@@ -19,12 +24,37 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from test_book_pages import CHROMIUM, LAUNCH_ARGS, SHOTS, _require_browser
+from test_book_pages import CHROMIUM, LAUNCH_ARGS, ROOT, SHOTS, _require_browser, _wrong_text
 
 CELLS = [
     "from attn_core.widgets import MemoryLedgerWidget\nw = MemoryLedgerWidget()\nw",
     'print(f"N={w.N} total={w.values[\'total_bytes\']}")',
 ]
+
+
+ANSWER_CHAPTER = "04_gqa_kv_cache"  # quick to run, with boxes of counts and of bytes
+REPORT = (
+    "import gc\n"
+    "from attn_core.widgets import AnswerBox\n"
+    "graded = [b.verdict.get('status') for b in gc.get_objects() if isinstance(b, AnswerBox)]\n"
+    "print(f\"kernel graded {graded.count('right')} right of {len(graded)} boxes\")"
+)
+
+
+def _chapter_copy(root: Path) -> list[dict]:
+    """Write the chapter, outputs and widget state cleared, with REPORT appended; return its box specs."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{ANSWER_CHAPTER}.ipynb", as_version=4)
+    widgets = nb.metadata.get("widgets", {})
+    state = widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    specs = [m["state"]["spec"] for m in state.values()
+             if m["state"].get("_anywidget_id", "").endswith(".AnswerBox")]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("widgets", None)
+    nb.cells.append(nbformat.v4.new_code_cell(REPORT))
+    nbformat.write(nb, root / "chapter.ipynb")
+    return specs
 
 
 def _free_port() -> int:
@@ -40,6 +70,7 @@ def lab(tmp_path_factory):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, root / "widget.ipynb")
+    _chapter_copy(root)
     port = _free_port()
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
     proc = subprocess.Popen(
@@ -111,6 +142,55 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
         except Exception:
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / "jupyterlab-failure.png"))  # what the test saw
+            raise
+        finally:
+            browser.close()
+
+
+def test_answer_boxes_in_jupyterlab_and_kernel_grades_them(lab, tmp_path):
+    """A chapter's answer boxes with a live kernel: typed, submitted with Enter, graded in the page as
+    in Python, and every answer reaches the kernel (the box's `answer`, graded into `verdict`)."""
+    from playwright.sync_api import sync_playwright
+
+    from attn_core.widgets.answer import grade
+
+    specs = {spec["label"]: spec for spec in _chapter_copy(tmp_path)}
+    assert specs, f"{ANSWER_CHAPTER} has no answer box"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(lab) else r.abort())
+        try:
+            page.goto(f"{lab}/lab/tree/chapter.ipynb?reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _accept_kernel_dialog(page)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+            _run_all(page)
+            page.wait_for_selector(f"text=/kernel graded 0 right of {len(specs)} boxes/", timeout=240_000)
+            boxes = page.locator(".jp-OutputArea .exercise-check")
+            assert boxes.count() == len(specs)
+            for k in range(boxes.count()):
+                box = boxes.nth(k)
+                box.scroll_into_view_if_needed()
+                label = box.locator("label").text_content().strip()
+                spec = specs[label]
+                field = box.get_by_label(label, exact=True)
+                status = box.get_by_role("status")
+                for text in (_wrong_text(spec), repr(float(spec["expected"]))):
+                    field.fill("")
+                    field.focus()
+                    page.keyboard.type(text)
+                    page.keyboard.press("Enter")
+                    want = grade(spec, text)
+                    assert status.get_attribute("data-verdict") == want["status"], (label, text)
+                    assert want["message"] in status.inner_text(), (label, text)
+            page.locator(".jp-Cell").last.click()  # run the report cell again
+            page.keyboard.press("Shift+Enter")
+            n = len(specs)
+            page.wait_for_selector(f"text=/kernel graded {n} right of {n} boxes/", timeout=30_000)
+        except Exception:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "jupyterlab-answers-failure.png"))
             raise
         finally:
             browser.close()
