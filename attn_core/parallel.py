@@ -67,7 +67,18 @@ __all__ = [
     "tp_ledger",
     "cp_ledger",
     "comm_bytes",
+    "evaluate",
+    "tp_weight_exprs",
+    "kv_cache_shard_exprs",
+    "KORTHIKANTI_LETTERS",
+    "to_paper_letters",
     "launch",
+    "ring_inputs",
+    "worker_ring",
+    "worker_tp",
+    "worker_errors",
+    "worker_fail",
+    "worker_suite",
 ]
 
 #: how a sequence is split over c ranks (see :func:`chunk_ids`)
@@ -579,8 +590,8 @@ class _GatherLinear(torch.autograd.Function):
     """Sequence parallelism's g fused with the column-parallel matmuls that follow it.
 
     Forward: all-gather the (B, N/t, d) shard along N, multiply by each weight shard. It saves the
-    shard, not the gathered (B, N, d) tensor, and gathers again in backward (Korthikanti et al.'s
-    choice: memory over communication); the input gradient is reduce-scattered back to shards.
+    shard, not the gathered (B, N, d) tensor, and gathers again in backward (as Megatron-LM's
+    implementation does: memory over communication); the input gradient is reduce-scattered back.
     """
 
     @staticmethod
@@ -757,7 +768,7 @@ def launch(fn, size: int, *args, timeout: float = 120.0) -> list:
 
 
 # ------------------------------------------------------------ the experiments (workers)
-def _qkv(spec: dict):
+def ring_inputs(spec: dict):
     """The full q, k, v and output gradient of a ring-attention experiment (same on every rank)."""
     g = torch.Generator().manual_seed(spec.get("seed", 0))
     dtype = spec.get("dtype", torch.float64)
@@ -778,7 +789,7 @@ def worker_ring(rank: int, size: int, spec: dict, group=None) -> dict:
     causal, layout = spec.get("causal", True), spec.get("layout", "contiguous")
     rank, size = _group(group)
     q, k, v, dout = (shard_sequence(x, size, layout)[rank].clone().requires_grad_(i < 3)
-                     for i, x in enumerate(_qkv(spec)))
+                     for i, x in enumerate(ring_inputs(spec)))
     saved = None
     if spec.get("measure_saved", True):
         saved = saved_tensor_bytes(ring_attention, q, k, v, causal, group, layout=layout)
@@ -983,8 +994,9 @@ def to_paper_letters(expr):
     return sp.sympify(expr).subs(f.b, 2).subs({f.N: s_, f.B: b_, f.d: h_, f.H: a_})
 
 
-def _evaluate(exprs: dict, env: dict) -> dict:
-    """Exact values of SymPy expressions: ints where integral, Fractions otherwise."""
+def evaluate(exprs: dict, env: dict) -> dict:
+    """Exact values of ledger expressions, ``env`` mapping symbol names (B, N, d, H, F, D, D_v, b, t, c)
+    to integers: ints where integral, Fractions otherwise."""
     from fractions import Fraction
 
     import sympy as sp
@@ -1013,7 +1025,7 @@ def tp_ledger(B: int, N: int, d_model: int, H: int, t: int, *, ffn_dim: int | No
     _checks.divisible("ffn_dim", env["F"], "t", env["t"])
     if sequence_parallel:
         _checks.divisible("N", env["N"], "t", env["t"])
-    return _evaluate(tp_ledger_exprs(sequence_parallel), env)
+    return evaluate(tp_ledger_exprs(sequence_parallel), env)
 
 
 def cp_ledger(B: int, N: int, H: int, D: int, c: int, *, D_v: int | None = None,
@@ -1024,7 +1036,7 @@ def cp_ledger(B: int, N: int, H: int, D: int, c: int, *, D_v: int | None = None,
                b=_checks.positive_int("bytes_per_value", bytes_per_value))
     env["D_v"] = env["D"] if D_v is None else _checks.positive_int("D_v", D_v)
     _checks.divisible("N", env["N"], "c", env["c"])
-    return _evaluate(cp_ledger_exprs(), env)
+    return evaluate(cp_ledger_exprs(), env)
 
 
 def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None = None, H: int | None = None,
@@ -1042,7 +1054,7 @@ def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None 
         env["D_v"] = env["D"] if D_v is None else _checks.positive_int("D_v", D_v)
     else:
         env.update(d=_checks.positive_int("d_model", d_model), t=degree)
-    return _evaluate(comm_exprs(scheme), env)
+    return evaluate(comm_exprs(scheme), env)
 
 
 def worker_errors(rank: int, size: int, spec: dict | None = None, group=None) -> dict:

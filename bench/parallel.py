@@ -7,8 +7,8 @@ sending its K, V block and receiving the next, computes with the block it holds,
 the transfer: ``wait`` is the part of the transfer the compute did not hide, plus any time spent
 waiting for a slower neighbour to start its send (the causal imbalance of contiguous shards: a
 rank with nothing to compute at a step waits for the ranks that have; compare ``--layout zigzag``).
-``alone`` is the same transfer timed with nothing to hide behind. Not a test: the numbers depend on the machine
-and its load (printed with them).
+``alone`` is the same transfer timed with nothing to hide behind. Not a test: the numbers depend on
+the machine and its load (printed with them).
 
     .venv/bin/python bench/parallel.py [--n 8192] [--ranks 4] [--layout contiguous|zigzag]
 """

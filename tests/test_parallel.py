@@ -47,7 +47,7 @@ def results():
 
 def _reference(spec):
     """Single-process attention, its gradients, in float64."""
-    q, k, v, dout = par._qkv(spec)
+    q, k, v, dout = par.ring_inputs(spec)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     mask = causal_mask(spec["N"]) if spec.get("causal", True) else None
     out = scaled_dot_product_attention(q, k, v, mask)
@@ -124,7 +124,7 @@ def test_tensor_parallel_saved_and_sent_equal_the_ledger(results, name):
     sp = spec["sequence_parallel"]
     items = par.tp_ledger(spec["B"], spec["N"], spec["d"], spec["H"], ranks, ffn_dim=spec["F"],
                           sequence_parallel=sp, bytes_per_value=8)
-    weights = par._evaluate(par.tp_weight_exprs(), dict(d=spec["d"], F=spec["F"], b=8, t=ranks))
+    weights = par.evaluate(par.tp_weight_exprs(), dict(d=spec["d"], F=spec["F"], b=8, t=ranks))
     sent = par.comm_bytes("TP+SP" if sp else "TP", B=spec["B"], N=spec["N"], degree=ranks,
                           d_model=spec["d"], bytes_per_value=8)
     for r in results[name]:
