@@ -237,13 +237,12 @@ def _blocked_chunked(q, k, v, log_g, c: int) -> torch.Tensor:
                 torch.bmm(s, vb, out=yb)
                 k_out = kb * torch.exp(cum[:, -1:] - cum).to(dt)[..., None]  # (P, C, D_k)
                 u = torch.bmm(k_out.mT, vb, out=kv[:p])  # (P, D_k, D_v): U_i
-                # states entering the chunks: the block's own part (from M = 0), then the carry decayed
-                # by the chunks before, exp(log a_0 + ... + log a_{i-1})
-                local = _chunk_states(cum[:, -1], u)  # (P, D_k, D_v)
-                into = torch.exp(F.pad(cum[:-1, -1], (1, 0)).cumsum(0)).to(dt)  # (P,)
-                local.addcmul_(into[:, None, None], st[0])
-                yb.baddbmm_(qb * torch.exp(cum).to(dt)[..., None], local)  # y += exp(b_i) M^T q_i
-                st[p].copy_(u[-1]).addcmul_(torch.exp(cum[-1, -1]).to(dt), local[-1])  # leaving the block
+                # the states entering the chunks, M_{i+1} = a_i M_i + U_i from the carry M_0 = st[0], one
+                # chunk after the other: P small in-place products, cheaper than any scan over the block
+                decays = torch.exp(cum[:, -1]).tolist()  # a_i, the decay over the whole chunk i
+                for i in range(p):
+                    torch.add(u[i], st[i], alpha=decays[i], out=st[i + 1])
+                yb.baddbmm_(qb * torch.exp(cum).to(dt)[..., None], st[:p])  # y += exp(b_i) M^T q_i
             states[0].copy_(st[p])  # the carry for the next block
         if full * c < n:  # the last, shorter chunk
             rows = slice(full * c, n)
