@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from attn_core import parallel as par
+from attn_core.parallel.comm import _exchange, _wait
 
 
 def worker(rank: int, size: int, spec: dict) -> dict:
@@ -48,7 +49,7 @@ def worker(rank: int, size: int, spec: dict) -> dict:
         dist.barrier()
         buf = torch.empty_like(kv)
         t0 = time.perf_counter()
-        par._wait(par._exchange("bare", kv, (rank + 1) % size, buf, (rank - 1) % size, None, tag=100 + step))
+        _wait(_exchange("bare", kv, (rank + 1) % size, buf, (rank - 1) % size, None, tag=100 + step))
         alone.append(time.perf_counter() - t0)
     return dict(out=out.detach(), dq=q.grad, forward_s=t_fwd, backward_s=t_bwd, stats=stats,
                 alone_s=statistics.median(alone), block_bytes=kv.numel() * kv.element_size())
