@@ -5,6 +5,7 @@ One function per widget kind: env (symbol -> number) -> {value key: exact value}
 
 # ruff: noqa
 from fractions import Fraction
+from math import sqrt
 
 
 def memory(env):
@@ -235,7 +236,168 @@ def explorer(env):
     return out
 
 
-FUNCTIONS = {'memory': memory, 'flops': flops, 'explorer': explorer}
+def fit(env):
+    B = env['B']
+    F = env['F']
+    H = env['H']
+    H_kv = env['H_kv']
+    L = env['L']
+    M_gib = env['M_gib']
+    N = env['N']
+    N_d = env['N_d']
+    P_w = env['P_w']
+    b = env['b']
+    d = env['d']
+    e_fused = env['e_fused']
+    g_b = env['g_b']
+    g_swiglu = env['g_swiglu']
+    k_drop = env['k_drop']
+    n_opt = env['n_opt']
+    n_rms = env['n_rms']
+    o_master = env['o_master']
+    r_full = env['r_full']
+    r_sel = env['r_sel']
+    w_b = env['w_b']
+    z_1 = env['z_1']
+    z_2 = env['z_2']
+    z_3 = env['z_3']
+    out = {}
+    try:
+        out['item.X'] = B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)
+    except ZeroDivisionError:
+        out['item.X'] = None
+    try:
+        out['item.norm1.fp32_input'] = 4*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))
+    except ZeroDivisionError:
+        out['item.norm1.fp32_input'] = None
+    try:
+        out['item.norm1.stats'] = 4*B*N*(1 - r_full)*(2 - n_rms)
+    except ZeroDivisionError:
+        out['item.norm1.stats'] = None
+    try:
+        out['item.norm1.normalized'] = 4*B*N*d*n_rms*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.norm1.normalized'] = None
+    try:
+        out['item.norm1.out'] = B*N*b*d*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.norm1.out'] = None
+    try:
+        out['item.Q'] = B*N*b*d*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.Q'] = None
+    try:
+        out['item.K'] = B*H_kv*N*b*d*(1 - r_full)/H
+    except ZeroDivisionError:
+        out['item.K'] = None
+    try:
+        out['item.V'] = B*H_kv*N*b*d*(1 - r_full)/H
+    except ZeroDivisionError:
+        out['item.V'] = None
+    try:
+        out['item.P'] = B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)
+    except ZeroDivisionError:
+        out['item.P'] = None
+    try:
+        out['item.attn_dropout.mask'] = B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)
+    except ZeroDivisionError:
+        out['item.attn_dropout.mask'] = None
+    try:
+        out['item.P_drop'] = B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)
+    except ZeroDivisionError:
+        out['item.P_drop'] = None
+    try:
+        out['item.attn.lse'] = 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)
+    except ZeroDivisionError:
+        out['item.attn.lse'] = None
+    try:
+        out['item.ctx'] = B*N*b*d*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.ctx'] = None
+    try:
+        out['item.attn_resid.mask'] = B*N*d*k_drop*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.attn_resid.mask'] = None
+    try:
+        out['item.h'] = B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)
+    except ZeroDivisionError:
+        out['item.h'] = None
+    try:
+        out['item.norm2.fp32_input'] = 4*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))
+    except ZeroDivisionError:
+        out['item.norm2.fp32_input'] = None
+    try:
+        out['item.norm2.stats'] = 4*B*N*(1 - r_full)*(2 - n_rms)
+    except ZeroDivisionError:
+        out['item.norm2.stats'] = None
+    try:
+        out['item.norm2.normalized'] = 4*B*N*d*n_rms*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.norm2.normalized'] = None
+    try:
+        out['item.norm2.out'] = B*N*b*d*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.norm2.out'] = None
+    try:
+        out['item.ffn.gate'] = B*F*N*b*g_swiglu*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.ffn.gate'] = None
+    try:
+        out['item.ffn.silu'] = B*F*N*b*g_swiglu*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.ffn.silu'] = None
+    try:
+        out['item.ffn.up'] = B*F*N*b*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.ffn.up'] = None
+    try:
+        out['item.ffn.act'] = B*F*N*b*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.ffn.act'] = None
+    try:
+        out['item.ffn_resid.mask'] = B*N*d*k_drop*(1 - r_full)
+    except ZeroDivisionError:
+        out['item.ffn_resid.mask'] = None
+    try:
+        out['layer_bytes'] = 2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1)) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H
+    except ZeroDivisionError:
+        out['layer_bytes'] = None
+    try:
+        out['weights_bytes'] = P_w*w_b*(-z_3 + 1 + z_3/N_d)
+    except ZeroDivisionError:
+        out['weights_bytes'] = None
+    try:
+        out['gradients_bytes'] = P_w*g_b*(-z_2 + 1 + z_2/N_d)
+    except ZeroDivisionError:
+        out['gradients_bytes'] = None
+    try:
+        out['optimizer_bytes'] = P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)
+    except ZeroDivisionError:
+        out['optimizer_bytes'] = None
+    try:
+        out['activations_bytes'] = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1)) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H)
+    except ZeroDivisionError:
+        out['activations_bytes'] = None
+    try:
+        out['total_bytes'] = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1)) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + P_w*g_b*(-z_2 + 1 + z_2/N_d) + P_w*w_b*(-z_3 + 1 + z_3/N_d) + P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)
+    except ZeroDivisionError:
+        out['total_bytes'] = None
+    try:
+        out['mem_bytes'] = 1073741824*M_gib
+    except ZeroDivisionError:
+        out['mem_bytes'] = None
+    try:
+        out['fits'] = ((1) if (((M_gib >= (Fraction(1, 1073741824))*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 6*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (Fraction(1, 1073741824))*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (Fraction(1, 1073741824))*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (Fraction(1, 1073741824))*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))) if (b == 4) else ((M_gib >= (Fraction(1, 1073741824))*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - n_rms)*(1 - r_full) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 16*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (Fraction(1, 1073741824))*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (Fraction(1, 1073741824))*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (Fraction(1, 1073741824))*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))) else (0))
+    except ZeroDivisionError:
+        out['fits'] = None
+    try:
+        out['n_max'] = ((max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))/(-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1)) - 2*B*L*b*d*n_rms*((0) if (b == 4) else (1)) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1)) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((0) if (b == 4) else (1)) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H)) if (B*H*L*b*e_fused*k_drop*r_full*r_sel - B*H*L*b*e_fused*k_drop*r_full - B*H*L*b*e_fused*k_drop*r_sel + B*H*L*b*e_fused*k_drop + B*H*L*b*e_fused*r_full*r_sel - B*H*L*b*e_fused*r_full - B*H*L*b*e_fused*r_sel + B*H*L*b*e_fused - B*H*L*b*k_drop*r_full*r_sel + B*H*L*b*k_drop*r_full + B*H*L*b*k_drop*r_sel - B*H*L*b*k_drop - B*H*L*b*r_full*r_sel + B*H*L*b*r_full + B*H*L*b*r_sel - B*H*L*b + B*H*L*e_fused*k_drop*r_full*r_sel - B*H*L*e_fused*k_drop*r_full - B*H*L*e_fused*k_drop*r_sel + B*H*L*e_fused*k_drop - B*H*L*k_drop*r_full*r_sel + B*H*L*k_drop*r_full + B*H*L*k_drop*r_sel - B*H*L*k_drop == 0) else ((Fraction(1, 2))*(2*B*F*L*b*g_swiglu*r_full - 2*B*F*L*b*g_swiglu + 2*B*F*L*b*r_full - 2*B*F*L*b - 4*B*H*L*e_fused*r_full*r_sel + 4*B*H*L*e_fused*r_full + 4*B*H*L*e_fused*r_sel - 4*B*H*L*e_fused - 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1)) + 2*B*L*b*d*n_rms*((0) if (b == 4) else (1)) + 5*B*L*b*d*r_full - 6*B*L*b*d + 2*B*L*d*k_drop*r_full - 2*B*L*d*k_drop + 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1)) + 8*B*L*d*n_rms*r_full - 8*B*L*d*n_rms*((0) if (b == 4) else (1)) - 8*B*L*d*n_rms - 8*B*L*n_rms*r_full + 8*B*L*n_rms + 16*B*L*r_full - 16*B*L + 2*B*H_kv*L*b*d*r_full/H - 2*B*H_kv*L*b*d/H + sqrt(max(0, (-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1)) - 2*B*L*b*d*n_rms*((0) if (b == 4) else (1)) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1)) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((0) if (b == 4) else (1)) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H)**2 + 4*(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop)*max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))))/(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop)))
+    except ZeroDivisionError:
+        out['n_max'] = None
+    return out
+
+
+FUNCTIONS = {'memory': memory, 'flops': flops, 'explorer': explorer, 'fit': fit}
 
 # the memory ledger's items, in order, and their power of N
 MEMORY_ITEMS = [('X', 'linear'), ('Q', 'linear'), ('K', 'linear'), ('V', 'linear'), ('S', 'quadratic'), ('P', 'quadratic'), ('dropout', 'quadratic'), ('P_drop', 'quadratic'), ('ctx', 'linear'), ('mask', 'quadratic'), ('O', 'linear')]

@@ -31,6 +31,22 @@ SYMBOLS: dict[str, str] = {
     "m_ffn": "matrices in the FFN (switch: ffn; 2 mlp, 3 swiglu)",
     "w_ffn": "1 with the FFN, 0 for the attention block alone",
     "c_causal": "share of the N x N work done (switch: causal; 1 or 1/2)",
+    # the whole block and the training step (the "does it fit" widget)
+    "n_rms": "0: LayerNorm, 1: RMSNorm (switch: norm)",
+    "g_swiglu": "0: GeLU MLP, 1: SwiGLU FFN (switch: ffn_kind)",
+    "e_fused": "0: eager attention, 1: fused (FlashAttention) (switch: attention)",
+    "r_sel": "1 if the attention core is recomputed (switch: recompute; selective)",
+    "r_full": "1 if only the block's input is kept (switch: recompute; full)",
+    "P_w": "parameters of the model (Psi)",
+    "N_d": "data-parallel ranks",
+    "w_b": "bytes per weight (switch: precision)",
+    "g_b": "bytes per gradient (switch: precision)",
+    "o_master": "bytes of fp32 master weights per parameter (switch: precision; 0 or 4)",
+    "n_opt": "fp32 optimizer buffers per parameter (switch: optimizer; AdamW 2, SGD momentum 1)",
+    "z_1": "1 if ZeRO shards the optimizer state (switch: zero; stage >= 1)",
+    "z_2": "1 if ZeRO shards the gradients (switch: zero; stage >= 2)",
+    "z_3": "1 if ZeRO shards the weights (switch: zero; stage 3)",
+    "M_gib": "accelerator memory, GiB (2^30 bytes)",
 }
 
 #: menu -> option -> symbol values (the page and Python use the same table)
@@ -41,4 +57,26 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     "mask": {"dtype": {"u_mask": 0}, "bool": {"u_mask": 1}},
     "ffn": {"mlp": {"m_ffn": 2}, "swiglu": {"m_ffn": 3}},
     "causal": {"false": {"c_causal": 1}, "true": {"c_causal": Fraction(1, 2)}},
+    "norm": {"layernorm": {"n_rms": 0}, "rmsnorm": {"n_rms": 1}},
+    "ffn_kind": {"gelu": {"g_swiglu": 0}, "swiglu": {"g_swiglu": 1}},
+    "attention": {"eager": {"e_fused": 0}, "fused": {"e_fused": 1}},
+    "recompute": {"none": {"r_sel": 0, "r_full": 0}, "selective": {"r_sel": 1, "r_full": 0},
+                  "full": {"r_sel": 0, "r_full": 1}},
+    # activations in 16-bit with mixed precision, in 32-bit otherwise
+    "precision": {"fp32": {"w_b": 4, "g_b": 4, "o_master": 0, "b": 4},
+                  "bf16_mixed": {"w_b": 2, "g_b": 2, "o_master": 4, "b": 2}},
+    "optimizer": {"adamw": {"n_opt": 2}, "sgd_momentum": {"n_opt": 1}, "sgd": {"n_opt": 0}},
+    "zero": {"0": {"z_1": 0, "z_2": 0, "z_3": 0}, "1": {"z_1": 1, "z_2": 0, "z_3": 0},
+             "2": {"z_1": 1, "z_2": 1, "z_3": 0}, "3": {"z_1": 1, "z_2": 1, "z_3": 1}},
+}
+
+#: the "does it fit" widget: which symbol each trait sets (attn_core.widgets.fit); the dropout
+#: masks are bool (1 byte), as on a CUDA accelerator
+FIT_RECIPE: dict = {
+    "inputs": {"B": "B", "N": "N", "P_w": "params", "L": "L", "d": "d", "H": "H", "H_kv": "H_kv",
+               "F": "F", "N_d": "dp_ranks", "M_gib": "mem_gib"},
+    "switches": {"precision": "precision", "optimizer": "optimizer", "zero": "zero_stage",
+                 "recompute": "recompute", "attention": "attention", "dropout": "dropout",
+                 "norm": "norm", "ffn_kind": "ffn"},
+    "constants": {},
 }

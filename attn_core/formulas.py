@@ -20,6 +20,7 @@ checks that they equal these expressions over a grid, so neither can drift from 
 
 from __future__ import annotations
 
+import math
 import pathlib
 from fractions import Fraction
 
@@ -40,6 +41,9 @@ __all__ = [
     "layer_flops",
     "kv_cache_bytes",
     "linear_state_bytes",
+    "block_items",
+    "training_state",
+    "fit_values",
     "crossover",
     "widget_values",
     "python_source",
@@ -60,6 +64,11 @@ f_ffn = sp.Symbol("f_ffn", positive=True)
 # switches (0/1 indicators, or the value a menu sets)
 k_drop, a_saved, u_mask, c_mask, w_ffn = sp.symbols("k_drop a_saved u_mask c_mask w_ffn", **_nonneg)
 m_ffn, c_causal = sp.symbols("m_ffn c_causal", positive=True)
+# the whole block and the training step
+n_rms, g_swiglu, e_fused, r_sel, r_full = sp.symbols("n_rms g_swiglu e_fused r_sel r_full", **_nonneg)
+z_1, z_2, z_3, o_master, n_opt = sp.symbols("z_1 z_2 z_3 o_master n_opt", **_nonneg)
+P_w, N_d = sp.symbols("P_w N_d", **_pos)
+w_b, g_b, M_gib = sp.symbols("w_b g_b M_gib", positive=True)
 
 SYMBOLS, SWITCHES = _tables.SYMBOLS, _tables.SWITCHES
 
@@ -148,6 +157,101 @@ def linear_state_bytes() -> sp.Expr:
     return B * L * H * D_k * D_v * b
 
 
+def block_items() -> dict[str, sp.Expr]:
+    """Bytes one pre-norm block keeps for backward, by item (:func:`attn_core.ledger.block_ledger`).
+
+    MHA head dims D = d / H with H_kv K/V heads; the FFN of width F. Switches: ``n_rms``
+    (RMSNorm: float32 input copy when b != 4, float32 normalized tensor, rstd; LayerNorm: the
+    input, float32 mean and rstd), ``g_swiglu``, ``e_fused`` (no N x N tensor, a float32
+    logsumexp), ``k_drop`` and ``u_mask`` (masks in the dtype or 1 byte), ``r_sel`` (the attention
+    core recomputed) and ``r_full`` (only X kept).
+    """
+    keep, core = 1 - r_full, (1 - r_full) * (1 - r_sel)
+    tok = B * N
+    mask_b = (1 - u_mask) * b + u_mask
+    up = n_rms * sp.Piecewise((0, sp.Eq(b, 4)), (1, True))  # RMSNorm's float32 copy of a 16-bit input
+    quad = B * H * N**2
+    out: dict[str, sp.Expr] = {"X": keep * (1 - up) * tok * d * b + r_full * tok * d * b}
+
+    def norm(i: str) -> None:
+        out[f"{i}.fp32_input"] = keep * up * tok * d * 4
+        out[f"{i}.stats"] = keep * tok * 4 * (2 - n_rms)
+        out[f"{i}.normalized"] = keep * n_rms * tok * d * 4
+        out[f"{i}.out"] = keep * tok * d * b
+
+    norm("norm1")
+    out.update({
+        "Q": keep * tok * d * b,
+        "K": keep * tok * H_kv * (d / H) * b,
+        "V": keep * tok * H_kv * (d / H) * b,
+        "P": core * (1 - e_fused) * quad * b,
+        "attn_dropout.mask": core * (1 - e_fused) * k_drop * quad * mask_b,
+        "P_drop": core * (1 - e_fused) * k_drop * quad * b,
+        "attn.lse": core * e_fused * 4 * B * H * N,
+        "ctx": keep * tok * d * b,
+        "attn_resid.mask": keep * k_drop * tok * d * mask_b,
+        "h": keep * (1 - up) * tok * d * b,
+    })
+    norm("norm2")
+    out.update({
+        "ffn.gate": keep * g_swiglu * tok * F * b,
+        "ffn.silu": keep * g_swiglu * tok * F * b,
+        "ffn.up": keep * tok * F * b,
+        "ffn.act": keep * tok * F * b,
+        "ffn_resid.mask": keep * k_drop * tok * d * mask_b,
+    })
+    return out
+
+
+def training_state() -> dict[str, sp.Expr]:
+    """Bytes per data-parallel rank of weights, gradients, optimizer state (:mod:`attn_core.training`).
+
+    ZeRO stage k shards over N_d ranks: z_1 the optimizer state, z_2 the gradients, z_3 the weights.
+    """
+    share = {z: 1 - z + z / N_d for z in (z_1, z_2, z_3)}
+    return {"weights": P_w * w_b * share[z_3], "gradients": P_w * g_b * share[z_2],
+            "optimizer": P_w * (o_master + 4 * n_opt) * share[z_1]}
+
+
+def fit_values() -> dict[str, sp.Expr]:
+    """The "does it fit" widget: L blocks of activations plus the training state, against M_gib GiB.
+
+    ``n_max``: the longest N whose total fits (0 when the state alone does not), the positive
+    root of L (a_2 N^2 + a_1 N) + state = M, solved by SymPy.
+    """
+    items = {k: e.subs(u_mask, 1) for k, e in block_items().items()}  # 1-byte masks, as on CUDA
+    state = training_state()
+    layer = sum(items.values())
+    act = L * layer
+    st = sum(state.values())
+    total = st + act
+    mem = M_gib * 2**30
+    a_lin, a_quad = split_in(act)
+    a1, a2 = sp.expand(a_lin / N), sp.expand(a_quad / N**2)
+    room = sp.Max(0, mem - st)
+    # the positive root of A N^2 + C N = Z (A, C, Z > 0), solved once with plain symbols
+    A_, C_, Z_ = sp.symbols("A C Z", positive=True)
+    (root,) = [r for r in sp.solve(sp.Eq(A_ * N**2 + C_ * N, Z_), N) if r.subs({A_: 1, C_: 1, Z_: 1}) > 0]
+    n_quad = root.subs({A_: a2, C_: a1, Z_: room})
+    # a real root for any switch values (the page's menus give a non-negative discriminant anyway)
+    n_quad = n_quad.replace(lambda e: e.is_Pow and e.exp == sp.Rational(1, 2),
+                            lambda e: sp.sqrt(sp.Max(0, e.base)))
+    n_max = sp.Piecewise((room / a1, sp.Eq(a2, 0)), (n_quad, True))
+    out = {f"item.{k}": e for k, e in items.items()}
+    out.update({
+        "layer_bytes": layer,
+        "weights_bytes": state["weights"],
+        "gradients_bytes": state["gradients"],
+        "optimizer_bytes": state["optimizer"],
+        "activations_bytes": act,
+        "total_bytes": total,
+        "mem_bytes": mem,
+        "fits": sp.Piecewise((1, total <= mem), (0, True)),
+        "n_max": n_max,
+    })
+    return out
+
+
 def crossover(low: sp.Expr, high: sp.Expr, var: sp.Symbol = N) -> sp.Expr:
     """The positive ``var`` where ``low`` (linear in var) equals ``high`` (quadratic), by sympy.solve."""
     roots = [r for r in sp.solve(sp.Eq(low, high), var) if r != 0]
@@ -231,7 +335,7 @@ def widget_values() -> dict[str, dict[str, sp.Expr]]:
         "n_star_kv_state": crossover(state, kv_full, n_kv),
     }
     explorer = {k: e.subs(w_ffn, 1) for k, e in explorer.items()}
-    return {"memory": memory, "flops": flops, "explorer": explorer}
+    return {"memory": memory, "flops": flops, "explorer": explorer, "fit": fit_values()}
 
 
 # ------------------------------------------------------------------------------ code printers
@@ -269,7 +373,7 @@ def python_source(name: str, exprs: dict[str, sp.Expr]) -> str:
 
 def python_function(exprs: dict[str, sp.Expr]):
     """:func:`python_source` compiled: a function env -> {key: exact value}."""
-    namespace = {"Fraction": Fraction, "min": min, "max": max}
+    namespace = {"Fraction": Fraction, "min": min, "max": max, "sqrt": math.sqrt}
     exec(python_source("_f", exprs), namespace)  # our own generated source
     return namespace["_f"]
 
@@ -298,7 +402,7 @@ def generated_python() -> str:
     """The text of attn_core/_generated.py: one exact Python function per widget kind."""
     head = ('"""Generated by ``python -m attn_core.formulas`` from attn_core/formulas.py: do not edit.\n\n'
             "One function per widget kind: env (symbol -> number) -> {value key: exact value}.\n"
-            '"""\n\n# ruff: noqa\nfrom fractions import Fraction\n')
+            '"""\n\n# ruff: noqa\nfrom fractions import Fraction\nfrom math import sqrt\n')
     vals = widget_values()
     funcs = [python_source(kind, exprs) for kind, exprs in vals.items()]
     parts = {name: "quadratic" if sp.degree(e, N) == 2 else "linear" for name, e in memory_items().items()}

@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 import sympy as sp
 
-from attn_core import _generated, flops, formulas, kv_cache, ledger
+from attn_core import _generated, _tables, flops, formulas, kv_cache, ledger, training
 
 S = formulas  # the symbols live in the module: S.N, S.d, ...
 
@@ -28,7 +28,7 @@ def test_generated_files_are_up_to_date():
     js = formulas.WIDGETS_JS.read_text()
     block = js[js.index(formulas.JS_BEGIN):js.index(formulas.JS_END) + len(formulas.JS_END)]
     assert block == formulas.generated_javascript(), "run `make formulas`"
-    assert set(_generated.FUNCTIONS) == {"memory", "flops", "explorer"}
+    assert set(_generated.FUNCTIONS) == {"memory", "flops", "explorer", "fit"}
 
 
 def test_solve_derives_the_book_crossovers(values):
@@ -100,3 +100,51 @@ def test_python_and_javascript_printers():
     assert fn({"x": Fraction(0)})["inv"] is None
     js = formulas.javascript_source("f", {"half": x / 2})
     assert "Number.isFinite" in js and "function f(env)" in js
+
+
+BLOCK_GRID = list(itertools.product(
+    (1, 3), (7, 4096), ((24, 4, 2, 40), (4096, 32, 8, 14336)), ("layernorm", "rmsnorm"), ("gelu", "swiglu"),
+    ("eager", "fused"), ("none", "selective", "full"), ((True, None), (True, 1), (False, None)),
+    ("fp32", "bf16")))
+
+
+@pytest.mark.parametrize("B, N, dims, norm, ffn, attention, recompute, drop_mask, dtype", BLOCK_GRID, ids=str)
+def test_block_items_equal_block_ledger(B, N, dims, norm, ffn, attention, recompute, drop_mask, dtype):
+    """The SymPy block ledger (what the "does it fit" page evaluates) equals ledger.block_ledger."""
+    d, H, H_kv, F_ = dims
+    dropout, mask_bytes = drop_mask
+    env = {S.B: B, S.N: N, S.d: d, S.H: H, S.H_kv: H_kv, S.F: F_, S.b: ledger.DTYPE_BYTES[dtype],
+           S.k_drop: int(dropout), S.u_mask: int(mask_bytes == 1)}
+    for sw, opt in (("norm", norm), ("ffn_kind", ffn), ("attention", attention), ("recompute", recompute)):
+        env.update({getattr(S, k): v for k, v in _tables.SWITCHES[sw][opt].items()})
+    book = ledger.block_ledger(B, N, d, H, num_kv_heads=H_kv, ffn=ffn, ffn_dim=F_, norm=norm, dropout=dropout,
+                               attention=attention, mask_bytes=mask_bytes, recompute=recompute, dtype=dtype)
+    items = formulas.block_items()
+    assert list(items) == list(book)
+    for name, expr in items.items():
+        assert expr.subs(env) == book[name], name
+
+
+@pytest.mark.parametrize("precision, optimizer, stage, ranks", list(itertools.product(
+    training.PRECISIONS, training.OPTIMIZERS, training.ZERO_STAGES, (1, 7, 64))))
+def test_training_state_equals_training(precision, optimizer, stage, ranks):
+    env = {S.P_w: 7_500_000_001, S.N_d: ranks}
+    for sw, opt in (("precision", precision), ("optimizer", optimizer), ("zero", str(stage))):
+        env.update({getattr(S, k): v for k, v in _tables.SWITCHES[sw][opt].items()})
+    book = training.training_state_bytes(7_500_000_001, precision=precision, optimizer=optimizer,
+                                         zero_stage=stage, dp_ranks=ranks)
+    assert {k: e.subs(env) for k, e in formulas.training_state().items()} == book
+
+
+def test_fit_n_max_is_where_the_total_meets_the_memory():
+    """n_max solves total(N) = memory: the total at n_max equals the memory (eager, quadratic, and fused)."""
+    fn = formulas.python_function(formulas.fit_values())
+    from attn_core.widgets import FitWidget
+    for attention, recompute in (("eager", "none"), ("fused", "selective"), ("eager", "full")):
+        w = FitWidget(attention=attention, recompute=recompute, mem_gib=80)
+        n = w.values["n_max"]
+        assert n and n > 1
+        from attn_core.widgets._spec import _SPEC, build_env
+        env = build_env(_SPEC["widgets"]["fit"], {**w.state(), "N": Fraction(n)}, _SPEC)
+        total = fn(env)["total_bytes"]
+        assert abs(float(total) / w.values["mem_bytes"] - 1) < 1e-9

@@ -20,7 +20,7 @@ from fractions import Fraction
 import pytest
 import traitlets
 
-from attn_core import flops, formulas, kv_cache, ledger
+from attn_core import flops, formulas, kv_cache, ledger, training
 from attn_core import widgets as W
 
 STATIC = W._STATIC
@@ -80,6 +80,24 @@ EXPLORER_GRID = [
         (100, 4, (2048, 16, 4), 24, 5632, "swiglu", 4096),
         (1048576, 1, (16384, 128, 8), 126, 53248, "swiglu", 0),
     ]
+]
+
+
+def fit_state(model="Llama 3 8B", N=4096, B=1, precision="bf16_mixed", optimizer="adamw", zero_stage=1,
+              dp_ranks=8, recompute="selective", attention="fused", dropout=False, mem_gib=80, **arch):
+    base = W._spec.fit_traits(kv_cache.MODELS[model])
+    return {**base, **arch, "N": N, "B": B, "precision": precision, "optimizer": optimizer,
+            "zero_stage": zero_stage, "dp_ranks": dp_ranks, "recompute": recompute, "attention": attention,
+            "dropout": dropout, "mem_gib": mem_gib}
+
+
+FIT_GRID = [
+    fit_state(model, N, B, precision, optimizer, zero, dp, recompute, attention, dropout, mem)
+    for model, (N, B), precision, (optimizer, zero, dp), recompute, (attention, dropout), mem
+    in itertools.product(
+        ("Llama 3 8B", "GPT-2 small", "Llama 2 70B", W.DEFAULT_MODEL), ((1, 1), (4096, 2), (131072, 1)),
+        ("fp32", "bf16_mixed"), (("adamw", 0, 1), ("sgd_momentum", 2, 64), ("adamw", 3, 1024)),
+        ("none", "selective", "full"), (("eager", True), ("fused", False)), (16, 80.0, 141.5))
 ]
 
 
@@ -177,6 +195,49 @@ def test_explorer_values_equal_library(state):
     assert v["n_star_kv_state"] * v["kv_bytes_per_token"] * B == v["linear_state_bytes"]
 
 
+@pytest.mark.parametrize("state", FIT_GRID[::7], ids=_id)
+def test_fit_values_equal_library(state):
+    """The "does it fit" widget's items, state and total equal block_ledger and training_state_bytes."""
+    v = W.compute_values("fit", state, exact=True)
+    items = ledger.block_ledger(state["B"], state["N"], state["d"], state["H"], num_kv_heads=state["H_kv"],
+                                ffn=state["ffn"], ffn_dim=state["F"], norm=state["norm"],
+                                dropout=state["dropout"],
+                                attention=state["attention"], mask_bytes=1, recompute=state["recompute"],
+                                dtype="fp32" if state["precision"] == "fp32" else "bf16")
+    for name, nbytes in items.items():
+        assert v[f"item.{name}"] == nbytes, name
+    assert v["layer_bytes"] == sum(items.values())
+    assert v["activations_bytes"] == state["L"] * sum(items.values())
+    st = training.training_state_bytes(state["params"], precision=state["precision"],
+                                       optimizer=state["optimizer"], zero_stage=state["zero_stage"],
+                                       dp_ranks=state["dp_ranks"])
+    assert (v["weights_bytes"], v["gradients_bytes"], v["optimizer_bytes"]) == (
+        st["weights"], st["gradients"], st["optimizer"])
+    assert v["total_bytes"] == sum(st.values()) + v["activations_bytes"]
+    assert v["fits"] == (v["total_bytes"] <= Fraction(state["mem_gib"]) * 2**30)
+
+
+def test_fit_n_max_is_the_longest_n():
+    """The longest N fits and one more token does not (whole tokens, Python's exact evaluation)."""
+    for state in FIT_GRID[::37]:
+        n = W.compute_values("fit", state)["n_max"]
+        if not n or n < 2:
+            continue
+        assert W.compute_values("fit", {**state, "N": int(n)})["fits"] == 1, state
+        assert W.compute_values("fit", {**state, "N": int(n) + 1})["fits"] == 0, state
+
+
+def test_fit_widget_presets_and_traits():
+    w = W.FitWidget()
+    assert w.model == "Llama 3 8B" and w.params == kv_cache.MODELS["Llama 3 8B"].num_params()
+    w.model = "GPT-2 small"
+    assert (w.d, w.H, w.H_kv, w.norm, w.ffn) == (768, 12, 12, "layernorm", "gelu")
+    before = w.values["total_bytes"]
+    w.recompute = "full"
+    assert w.values["total_bytes"] < before
+    assert "DeepSeek-V2" not in W.fit.FIT_MODELS
+
+
 @pytest.mark.parametrize("name", list(kv_cache.MODELS))
 def test_presets_match_model_configs(name):
     """Each preset's KV cache and FLOPs equal its ModelConfig (window, GQA and MLA included)."""
@@ -258,7 +319,8 @@ def test_explorer_presets_and_custom():
     assert e3.model == "custom" and e3.D == 2048 // 32
 
 
-@pytest.mark.parametrize("cls", [W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer, W.FitWidget],
+                         ids=lambda c: c.__name__)
 def test_classmethod_compute_values_from_synced_state(cls):
     """cls.compute_values(**synced state) is what the page of a built book must show (browser test)."""
     w = cls(N=65536)
@@ -296,9 +358,15 @@ def test_presets_cover_models():
         (lambda: W.Explorer(H_kv=5), "H_kv"),
         (lambda: W.Explorer(L=0), "L"),
         (lambda: W.Explorer(window=-1), "window"),
+        (lambda: W.FitWidget(zero_stage=4), "zero_stage"),
+        (lambda: W.FitWidget(model="DeepSeek-V2"), "model"),
+        (lambda: W.FitWidget(precision="fp8"), "precision"),
+        (lambda: W.FitWidget(dp_ranks=0), "dp_ranks"),
+        (lambda: W.FitWidget(recompute="half"), "recompute"),
     ],
     ids=["N=0", "N float", "dtype", "H does not divide d", "d not divisible", "ffn", "d<0", "ffn_mult=0",
-         "model", "H_kv does not divide H", "L=0", "window<0"],
+         "model", "H_kv does not divide H", "L=0", "window<0", "zero_stage=4", "fit model", "precision",
+         "dp_ranks=0", "recompute"],
 )
 def test_bad_traits_rejected(make, trait):
     with pytest.raises((ValueError, traitlets.TraitError), match=rf"\b{trait}\b"):
@@ -329,7 +397,8 @@ def test_figures_have_labelled_axes():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    for w in (W.MemoryLedgerWidget(), W.FlopsWidget(causal=True), W.Explorer(model="Mistral 7B")):
+    for w in (W.MemoryLedgerWidget(), W.FlopsWidget(causal=True), W.Explorer(model="Mistral 7B"),
+              W.FitWidget()):
         fig = w.figure()
         for ax in fig.axes:
             assert ax.get_title() and ax.get_ylabel()
@@ -381,7 +450,7 @@ def test_front_end_is_local():
         assert not re.search(r"^\s*import\s", text, re.M), f"{path.name} imports a module"
     text = JS.read_text()
     assert "export default" in text
-    for cls in (W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer):
+    for cls in (W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer, W.FitWidget):
         assert cls()._esm == text  # anywidget sends the file as it is
 
 
@@ -408,13 +477,13 @@ NODE = shutil.which("node")
 def test_js_evaluator_equals_python():
     """The page's evaluator (run in Node.js) gives Python's numbers for every grid point; report its speed."""
     cases = ([("memory", s) for s in MEMORY_GRID] + [("flops", s) for s in FLOPS_GRID]
-             + [("explorer", s) for s in EXPLORER_GRID])
+             + [("explorer", s) for s in EXPLORER_GRID] + [("fit", s) for s in FIT_GRID])
     script = _evaluator_source() + """
 const fs = require("fs");
 const input = JSON.parse(fs.readFileSync(0, "utf8"));
 const out = input.cases.map(([kind, state]) => computeValues(input.spec, kind, state));
 // latency: one slider move recomputes the values and a 97-point curve of the explorer
-const st = input.cases[input.cases.length - 1][1];
+const st = input.cases.filter((c) => c[0] === "explorer").pop()[1];
 const t0 = process.hrtime.bigint();
 const reps = 50;
 for (let r = 0; r < reps; r++) {

@@ -120,7 +120,79 @@ function explorerValues(env) {
   out['n_star_kv_state'] = Number.isFinite(v) ? v : null;
   return out;
 }
-const GENERATED = { memory: memoryValues, flops: flopsValues, explorer: explorerValues };
+function fitValues(env) {
+  const { B, F, H, H_kv, L, M_gib, N, N_d, P_w, b, d, e_fused, g_b, g_swiglu, k_drop, n_opt, n_rms, o_master, r_full, r_sel, w_b, z_1, z_2, z_3 } = env;
+  const out = {};
+  let v;
+  v = B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1);
+  out['item.X'] = Number.isFinite(v) ? v : null;
+  v = 4*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ));
+  out['item.norm1.fp32_input'] = Number.isFinite(v) ? v : null;
+  v = 4*B*N*(1 - r_full)*(2 - n_rms);
+  out['item.norm1.stats'] = Number.isFinite(v) ? v : null;
+  v = 4*B*N*d*n_rms*(1 - r_full);
+  out['item.norm1.normalized'] = Number.isFinite(v) ? v : null;
+  v = B*N*b*d*(1 - r_full);
+  out['item.norm1.out'] = Number.isFinite(v) ? v : null;
+  v = B*N*b*d*(1 - r_full);
+  out['item.Q'] = Number.isFinite(v) ? v : null;
+  v = B*H_kv*N*b*d*(1 - r_full)/H;
+  out['item.K'] = Number.isFinite(v) ? v : null;
+  v = B*H_kv*N*b*d*(1 - r_full)/H;
+  out['item.V'] = Number.isFinite(v) ? v : null;
+  v = B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel);
+  out['item.P'] = Number.isFinite(v) ? v : null;
+  v = B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel);
+  out['item.attn_dropout.mask'] = Number.isFinite(v) ? v : null;
+  v = B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel);
+  out['item.P_drop'] = Number.isFinite(v) ? v : null;
+  v = 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel);
+  out['item.attn.lse'] = Number.isFinite(v) ? v : null;
+  v = B*N*b*d*(1 - r_full);
+  out['item.ctx'] = Number.isFinite(v) ? v : null;
+  v = B*N*d*k_drop*(1 - r_full);
+  out['item.attn_resid.mask'] = Number.isFinite(v) ? v : null;
+  v = B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1);
+  out['item.h'] = Number.isFinite(v) ? v : null;
+  v = 4*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ));
+  out['item.norm2.fp32_input'] = Number.isFinite(v) ? v : null;
+  v = 4*B*N*(1 - r_full)*(2 - n_rms);
+  out['item.norm2.stats'] = Number.isFinite(v) ? v : null;
+  v = 4*B*N*d*n_rms*(1 - r_full);
+  out['item.norm2.normalized'] = Number.isFinite(v) ? v : null;
+  v = B*N*b*d*(1 - r_full);
+  out['item.norm2.out'] = Number.isFinite(v) ? v : null;
+  v = B*F*N*b*g_swiglu*(1 - r_full);
+  out['item.ffn.gate'] = Number.isFinite(v) ? v : null;
+  v = B*F*N*b*g_swiglu*(1 - r_full);
+  out['item.ffn.silu'] = Number.isFinite(v) ? v : null;
+  v = B*F*N*b*(1 - r_full);
+  out['item.ffn.up'] = Number.isFinite(v) ? v : null;
+  v = B*F*N*b*(1 - r_full);
+  out['item.ffn.act'] = Number.isFinite(v) ? v : null;
+  v = B*N*d*k_drop*(1 - r_full);
+  out['item.ffn_resid.mask'] = Number.isFinite(v) ? v : null;
+  v = 2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H;
+  out['layer_bytes'] = Number.isFinite(v) ? v : null;
+  v = P_w*w_b*(-z_3 + 1 + z_3/N_d);
+  out['weights_bytes'] = Number.isFinite(v) ? v : null;
+  v = P_w*g_b*(-z_2 + 1 + z_2/N_d);
+  out['gradients_bytes'] = Number.isFinite(v) ? v : null;
+  v = P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d);
+  out['optimizer_bytes'] = Number.isFinite(v) ? v : null;
+  v = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H);
+  out['activations_bytes'] = Number.isFinite(v) ? v : null;
+  v = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + P_w*g_b*(-z_2 + 1 + z_2/N_d) + P_w*w_b*(-z_3 + 1 + z_3/N_d) + P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d);
+  out['total_bytes'] = Number.isFinite(v) ? v : null;
+  v = 1073741824*M_gib;
+  out['mem_bytes'] = Number.isFinite(v) ? v : null;
+  v = (((b == 4 || M_gib >= (1/1073741824)*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - n_rms)*(1 - r_full) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 16*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (1/1073741824)*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (1/1073741824)*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (1/1073741824)*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)) && (M_gib >= (1/1073741824)*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 6*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (1/1073741824)*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (1/1073741824)*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (1/1073741824)*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d) || b != 4)) ? ( 1 ) : ( 0 ));
+  out['fits'] = Number.isFinite(v) ? v : null;
+  v = ((B*H*L*b*e_fused*k_drop*r_full*r_sel - B*H*L*b*e_fused*k_drop*r_full - B*H*L*b*e_fused*k_drop*r_sel + B*H*L*b*e_fused*k_drop + B*H*L*b*e_fused*r_full*r_sel - B*H*L*b*e_fused*r_full - B*H*L*b*e_fused*r_sel + B*H*L*b*e_fused - B*H*L*b*k_drop*r_full*r_sel + B*H*L*b*k_drop*r_full + B*H*L*b*k_drop*r_sel - B*H*L*b*k_drop - B*H*L*b*r_full*r_sel + B*H*L*b*r_full + B*H*L*b*r_sel - B*H*L*b + B*H*L*e_fused*k_drop*r_full*r_sel - B*H*L*e_fused*k_drop*r_full - B*H*L*e_fused*k_drop*r_sel + B*H*L*e_fused*k_drop - B*H*L*k_drop*r_full*r_sel + B*H*L*k_drop*r_full + B*H*L*k_drop*r_sel - B*H*L*k_drop == 0) ? ( Math.max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))/(-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H) ) : ( (1/2)*(2*B*F*L*b*g_swiglu*r_full - 2*B*F*L*b*g_swiglu + 2*B*F*L*b*r_full - 2*B*F*L*b - 4*B*H*L*e_fused*r_full*r_sel + 4*B*H*L*e_fused*r_full + 4*B*H*L*e_fused*r_sel - 4*B*H*L*e_fused - 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) + 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 5*B*L*b*d*r_full - 6*B*L*b*d + 2*B*L*d*k_drop*r_full - 2*B*L*d*k_drop + 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*L*d*n_rms*r_full - 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) - 8*B*L*d*n_rms - 8*B*L*n_rms*r_full + 8*B*L*n_rms + 16*B*L*r_full - 16*B*L + 2*B*H_kv*L*b*d*r_full/H - 2*B*H_kv*L*b*d/H + Math.sqrt(Math.max(0, Math.pow(-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H, 2) + 4*(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop)*Math.max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))))/(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop) ));
+  out['n_max'] = Number.isFinite(v) ? v : null;
+  return out;
+}
+const GENERATED = { memory: memoryValues, flops: flopsValues, explorer: explorerValues, fit: fitValues };
 // </generated>
 
 // the symbols of a widget's formulas from its state: inputs (symbol <- trait) and menus (switches)
@@ -746,7 +818,118 @@ function explorerView(model, root, spec) {
   };
 }
 
-const VIEWS = { memory: memoryView, flops: flopsView, explorer: explorerView };
+// the training step: does one data-parallel rank's step fit in the accelerator's memory?
+function fitView(model, root, spec) {
+  const controls = el("div", { class: "al-controls" });
+  const add = (w) => controls.appendChild(w);
+  const names = Object.keys(spec.fit_models);
+  const preset = selectControl("model", names.map((k) => [k, k]), (name) => commit(model, { model: name, ...spec.fit_models[name] }));
+  add(preset.wrap);
+  const N = rangeControl("N", { min: 8, max: 20, step: 0.25, title: "sequence length, log scale", onInput: (x) => commit(model, { N: Math.round(2 ** x) }) });
+  add(N.wrap);
+  const B = rangeControl("B", { min: 1, max: 32, step: 1, title: "micro-batch: sequences per rank and step", onInput: (x) => commit(model, { B: x }) });
+  add(B.wrap);
+  const dp = rangeControl("DP ranks", { min: 0, max: 12, step: 1, title: "data-parallel ranks, log scale", onInput: (x) => commit(model, { dp_ranks: 2 ** x }) });
+  add(dp.wrap);
+  const mem = rangeControl("memory", { min: 8, max: 192, step: 8, title: "accelerator memory, GiB", onInput: (x) => commit(model, { mem_gib: x }) });
+  add(mem.wrap);
+  const menu = (label, sw, trait, text) => {
+    const s = selectControl(label, Object.keys(spec.switches[sw]).map((k) => [k, text ? text(k) : k]), (v) => commit(model, { [trait]: trait === "zero_stage" ? Number(v) : v }));
+    add(s.wrap);
+    return s;
+  };
+  const precision = menu("precision", "precision", "precision", (k) => (k === "bf16_mixed" ? "bf16 mixed (fp32 master)" : k));
+  const optimizer = menu("optimizer", "optimizer", "optimizer", (k) => ({ adamw: "AdamW", sgd_momentum: "SGD + momentum", sgd: "SGD" }[k] || k));
+  const zero = menu("ZeRO", "zero", "zero_stage", (k) => `stage ${k}`);
+  const recompute = menu("recompute", "recompute", "recompute");
+  const attention = menu("attention", "attention", "attention");
+  const drop = checkControl("dropout (1-byte masks)", (v) => commit(model, { dropout: v }));
+  add(drop.wrap);
+  const info = el("div", { class: "al-note" });
+  const ro = readouts([
+    ["weights_bytes", "weights per rank", fmtBytes],
+    ["gradients_bytes", "gradients per rank", fmtBytes],
+    ["optimizer_bytes", "optimizer state per rank", fmtBytes],
+    ["layer_bytes", "activations of one block", fmtBytes],
+    ["activations_bytes", "activations of L blocks", fmtBytes],
+    ["total_bytes", "total per rank", fmtBytes],
+    ["mem_bytes", "accelerator memory", fmtBytes],
+    ["fits", "fits?", (x) => (x ? "yes" : "no")],
+    ["n_max", "longest N that fits", (x) => (x === null ? "n/a" : fmtInt(Math.floor(x)))],
+  ]);
+  const figs = el("div", { class: "al-figures" });
+  const changes = el("div");
+  root.append(el("div", { class: "al-title", text: "Does it fit? One training step on one accelerator" }), controls, info, ro.box, figs, changes);
+  const PARTS = [["weights", "weights_bytes", "#1b4965"], ["gradients", "gradients_bytes", "#5fa8d3"], ["optimizer state", "optimizer_bytes", "#edae49"], ["activations", "activations_bytes", "#d1495b"]];
+  return {
+    update(state) {
+      preset.input.value = model.get("model");
+      N.input.value = String(Math.log2(state.N));
+      N.out.textContent = fmtTokens(state.N);
+      B.input.value = String(state.B);
+      B.out.textContent = String(state.B);
+      dp.input.value = String(Math.round(Math.log2(state.dp_ranks)));
+      dp.out.textContent = String(state.dp_ranks);
+      mem.input.value = String(state.mem_gib);
+      mem.out.textContent = `${state.mem_gib} GiB`;
+      precision.input.value = state.precision;
+      optimizer.input.value = state.optimizer;
+      zero.input.value = String(state.zero_stage);
+      recompute.input.value = state.recompute;
+      attention.input.value = state.attention;
+      drop.input.checked = !!state.dropout;
+      const v = computeValues(spec, "fit", state);
+      ro.update(v);
+      info.textContent = `${model.get("model")}: ${state.params.toLocaleString("en-US")} parameters, L = ${state.L}, d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, ${state.ffn} FFN of width ${state.F}, ${state.norm}.`
+        + (Number(state.zero_stage) === 0 ? " ZeRO stage 0 shards nothing: the DP ranks do not change a rank's memory." : "")
+        + " DeepSeek-V2 (MLA, mixture of experts) is not offered: its block is not the one this ledger counts."
+        + " Not counted: embeddings' and loss activations, temporary buffers, fragmentation.";
+      const bars = [
+        { label: "this rank", parts: PARTS.map(([label, key, color]) => ({ label, color, value: v[key] })) },
+        { label: "accelerator", parts: [{ label: "memory", color: "#adb5bd", value: v.mem_bytes }] },
+      ];
+      const legend = [...PARTS.map(([label, , color]) => ({ label, color })), { label: "accelerator memory", color: "#adb5bd" }];
+      const pts = sweep(spec, "fit", state, 256, 1048576);
+      const total = pts.map(([n, p]) => [n, p.total_bytes]);
+      const fixed = pts.map(([n, p]) => [n, p.total_bytes - p.activations_bytes]);
+      const [ymin, ymax] = logRange([...total.map((p) => p[1]), ...fixed.map((p) => p[1]), v.mem_bytes]);
+      figs.innerHTML = stackedBars({ w: 400, h: 310, bars, legend, ylabel: "memory", title: `N = ${fmtTokens(state.N)}, B = ${state.B}: ${v.fits ? "fits" : "does not fit"}` })
+        + lineChart({
+          w: 540, h: 310, xlog: true, ylog: true, xmin: 256, xmax: 1048576, ymin, ymax,
+          title: "memory per rank against N", xlabel: "sequence length N (tokens, log scale)", ylabel: "memory per rank (log)",
+          xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 2, 7, (y) => fmtBytes(y, true)),
+          hlines: [{ y: v.mem_bytes, color: "#111" }],
+          series: [
+            { label: "total per rank", color: COLORS.eager, pts: total },
+            { label: "weights + gradients + optimizer", color: COLORS.X, dash: "6 3", pts: fixed },
+          ],
+          vlines: [
+            { x: v.n_max || null, label: `longest N = ${fmtInt(v.n_max ? Math.floor(v.n_max) : null)}`, color: "#6c757d" },
+            { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
+          ],
+        });
+      // one block, item by item, and what each switch would change (same formulas, other states)
+      const items = Object.keys(v).filter((k) => k.startsWith("item.") && v[k] > 0);
+      const rows = items.map((k) => `<tr><td>${esc(k.slice(5))}</td><td>${fmtBytes(v[k])}</td></tr>`).join("");
+      const alt = (ch) => computeValues(spec, "fit", { ...state, ...ch });
+      const row = (label, opts, trait) => `<tr><td>${esc(label)}</td>${opts.map((o) => {
+        const w = alt({ [trait]: o });
+        const now = String(state[trait]) === String(o);
+        return `<td${now ? " style=\"font-weight:600\"" : ""}>${esc(String(o))}: ${fmtBytes(w.total_bytes)}, longest N ${fmtInt(w.n_max === null ? null : Math.floor(w.n_max))}</td>`;
+      }).join("")}</tr>`;
+      changes.innerHTML = `<table><tr><th>one block's item</th><th>bytes</th></tr>${rows}</table>`
+        + `<div class="al-note">What each switch changes (total per rank, longest N; the current choice in bold):</div><table>`
+        + row("recompute", Object.keys(spec.switches.recompute), "recompute")
+        + row("attention", Object.keys(spec.switches.attention), "attention")
+        + row("ZeRO stage", [0, 1, 2, 3], "zero_stage")
+        + row("optimizer", Object.keys(spec.switches.optimizer), "optimizer")
+        + row("precision", Object.keys(spec.switches.precision), "precision")
+        + "</table>";
+    },
+  };
+}
+
+const VIEWS = { memory: memoryView, flops: flopsView, explorer: explorerView, fit: fitView };
 
 function render({ model, el: host }) {
   const spec = model.get("spec");

@@ -8,6 +8,8 @@ may first need ``from google.colab import output; output.enable_custom_widget_ma
   memory crossover.
 * :class:`FlopsWidget` (chapter 6): linear against quadratic FLOPs of one layer, the
   quadratic share against N, and the crossovers N* = 6d (with the FFN) and 2d (without).
+* :class:`FitWidget` (the training step): does one training step of a preset fit on one
+  accelerator (weights, gradients, optimizer state with ZeRO, and L blocks of activations)?
 * :class:`Explorer` (chapter 7): one model (presets of real ones from
   :data:`attn_core.kv_cache.MODELS`) at N tokens: both crossovers, activations per layer
   and for L layers, the KV cache, the state of linear attention, and a time crossover
@@ -51,6 +53,7 @@ from ._spec import (
 )
 from .answer import AnswerBox
 from .explorer import Explorer, time_crossover
+from .fit import FitWidget
 from .flops_widget import FlopsWidget
 from .memory import MemoryLedgerWidget
 
@@ -60,6 +63,7 @@ __all__ = [
     "MemoryLedgerWidget",
     "FlopsWidget",
     "Explorer",
+    "FitWidget",
     "AnswerBox",
     "formula_spec",
     "build_env",

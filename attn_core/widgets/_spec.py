@@ -44,6 +44,13 @@ def model_traits(model: kv_cache.ModelConfig) -> dict:
     }
 
 
+def fit_traits(model: kv_cache.ModelConfig) -> dict:
+    """The "does it fit" traits a preset sets (models with per-head K and V and D = d / H)."""
+    return {"params": model.num_params(), "L": model.num_layers, "d": model.d_model, "H": model.num_heads,
+            "H_kv": model.num_kv_heads, "F": model.ffn_dim, "norm": model.norm,
+            "ffn": "gelu" if model.ffn == "mlp" else "swiglu"}
+
+
 def _ledger_items() -> list[list]:
     """[name, value key, label, 'linear' | 'quadratic'] for each ledger item, in order."""
     return [[name, f"item.{name}", ledger.ITEM_SHAPES[name], part] for name, part in _generated.MEMORY_ITEMS]
@@ -72,7 +79,8 @@ def _widget_recipes() -> dict:
         "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal"},
         "constants": {},
     }
-    return {"memory": memory, "flops": flops_w, "explorer": explorer}
+    fit = {k: dict(v) for k, v in _tables.FIT_RECIPE.items()}  # the "does it fit" widget (fit.py)
+    return {"memory": memory, "flops": flops_w, "explorer": explorer, "fit": fit}
 
 
 _ITEMS = _ledger_items()
@@ -104,6 +112,7 @@ def formula_spec() -> dict:
         "widgets": _widget_recipes(),
         "models": models,
         "default_model": DEFAULT_MODEL,
+        "fit_models": {name: fit_traits(m) for name, m in kv_cache.MODELS.items() if not m.is_mla},
     }
 
 

@@ -1,0 +1,136 @@
+"""The training-step chapter's widget: does one training step of a model fit on one accelerator?"""
+
+from __future__ import annotations
+
+import traitlets
+
+from .. import _tables, kv_cache, ledger, training
+from ._base import _LedgerWidget
+from ._plot import _byte_unit, _mark, _tokens_axis
+from ._spec import fit_traits, fmt_bytes, fmt_tokens
+
+#: the presets the widget offers: models whose blocks the block ledger describes (per-head K and V,
+#: D = d / H, one dense FFN); DeepSeek-V2 (MLA, mixture of experts) is not one of them
+FIT_MODELS = {name: m for name, m in kv_cache.MODELS.items() if not m.is_mla}
+DEFAULT_FIT_MODEL = "Llama 3 8B"
+_ARCH = ("params", "L", "d", "H", "H_kv", "F", "norm", "ffn")
+
+
+class FitWidget(_LedgerWidget):
+    """Does it fit? One data-parallel rank's memory for a training step, against the accelerator's.
+
+    ``FitWidget(model="Llama 3 8B", N=4096, B=1, precision="bf16_mixed", optimizer="adamw",
+    zero_stage=1, dp_ranks=8, recompute="selective", attention="fused", dropout=False, mem_gib=80)``
+
+    A preset menu (the models of :data:`attn_core.kv_cache.MODELS` whose blocks
+    :func:`attn_core.ledger.block_ledger` describes) sets the parameter count
+    (:meth:`~attn_core.kv_cache.ModelConfig.num_params`), L, d, H, H_kv, the FFN width F and kind
+    and the norm. Sliders: N (log scale), the micro-batch B, the data-parallel ranks (log scale)
+    and the accelerator's memory in GiB; menus: precision, optimizer, ZeRO stage, recomputation,
+    eager or fused attention, dropout (masks of 1 byte, as on a CUDA accelerator).
+
+    It shows a stacked bar (weights, gradients, optimizer state, activations of L blocks) against
+    the memory, the activations of one block item by item, and the longest N that fits
+    (``n_max``). Not counted: the embeddings' and the loss's activations, temporary buffers,
+    the framework's own memory and fragmentation (chapter: "peak, not just saved").
+
+    ``values`` (read-only): ``item.<name>`` for each item of :data:`attn_core.ledger.BLOCK_ITEMS`
+    (one block), ``layer_bytes``, ``weights_bytes``, ``gradients_bytes``, ``optimizer_bytes``,
+    ``activations_bytes`` (L blocks), ``total_bytes``, ``mem_bytes``, ``fits`` (1 or 0),
+    ``n_max``. ``figure()`` draws the same figure with matplotlib.
+    """
+
+    _kind = "fit"
+    _inputs = ("B", "N", "params", "L", "d", "H", "H_kv", "F", "dp_ranks", "mem_gib", "precision",
+               "optimizer", "zero_stage", "recompute", "attention", "dropout", "norm", "ffn")
+
+    model = traitlets.Enum(list(FIT_MODELS), default_value=DEFAULT_FIT_MODEL).tag(sync=True)
+    N = traitlets.Int(4096, min=1).tag(sync=True)
+    B = traitlets.Int(1, min=1).tag(sync=True)
+    params = traitlets.Int(1, min=1).tag(sync=True)
+    L = traitlets.Int(1, min=1).tag(sync=True)
+    d = traitlets.Int(1, min=1).tag(sync=True)
+    H = traitlets.Int(1, min=1).tag(sync=True)
+    H_kv = traitlets.Int(1, min=1).tag(sync=True)
+    F = traitlets.Int(1, min=1).tag(sync=True)
+    norm = traitlets.Enum(list(ledger.NORMS), default_value="rmsnorm").tag(sync=True)
+    ffn = traitlets.Enum(list(ledger.FFN_KINDS), default_value="swiglu").tag(sync=True)
+    dp_ranks = traitlets.Int(8, min=1).tag(sync=True)
+    mem_gib = traitlets.Float(80.0, min=1.0).tag(sync=True)
+    precision = traitlets.Enum(list(training.PRECISIONS), default_value="bf16_mixed").tag(sync=True)
+    optimizer = traitlets.Enum(list(training.OPTIMIZERS), default_value="adamw").tag(sync=True)
+    zero_stage = traitlets.Int(1, min=0, max=3).tag(sync=True)
+    recompute = traitlets.Enum(list(ledger.RECOMPUTE_POLICIES), default_value="selective").tag(sync=True)
+    attention = traitlets.Enum(list(_tables.SWITCHES["attention"]), default_value="fused").tag(sync=True)
+    dropout = traitlets.Bool(False).tag(sync=True)
+
+    def __init__(self, model: str = DEFAULT_FIT_MODEL, **kwargs):
+        if model not in FIT_MODELS:
+            raise ValueError(f"model must be one of {list(FIT_MODELS)} (DeepSeek-V2's MLA and mixture of "
+                             f"experts are not a block the ledger describes), got {model!r}")
+        kwargs = {**fit_traits(FIT_MODELS[model]), **kwargs}
+        self._applying = True
+        super().__init__(model=model, **kwargs)
+        self._applying = False
+
+    @classmethod
+    def compute_values(cls, **traits) -> dict:
+        """As :meth:`_LedgerWidget.compute_values`, with the preset's architecture for missing traits."""
+        model = traits.get("model", DEFAULT_FIT_MODEL)
+        preset = fit_traits(FIT_MODELS[model]) if model in FIT_MODELS else {}
+        return super().compute_values(**{**preset, **traits})
+
+    @traitlets.validate("H")
+    def _valid_H(self, proposal):
+        if self.d % proposal["value"] or proposal["value"] % self.H_kv:
+            raise traitlets.TraitError(f"H ({proposal['value']}) must divide d ({self.d}) and be "
+                                       f"divisible by H_kv ({self.H_kv})")
+        return proposal["value"]
+
+    @traitlets.observe("model")
+    def _on_model(self, change) -> None:
+        if getattr(self, "_applying", True):
+            return
+        with self.hold_trait_notifications():
+            self.H_kv = 1  # any H is valid against H_kv = 1 while the preset's values arrive
+            for name, value in fit_traits(FIT_MODELS[change["new"]]).items():
+                setattr(self, name, value)
+        self._update_values()
+
+    def figure(self, n_range: tuple[int, int] = (256, 1048576)):
+        """The widget's figure with matplotlib: the stacked bar at N, and the total against N."""
+        import matplotlib.pyplot as plt
+
+        v = self.values
+        parts = [("weights", "weights_bytes", "#1b4965"), ("gradients", "gradients_bytes", "#5fa8d3"),
+                 ("optimizer state", "optimizer_bytes", "#edae49"),
+                 (f"activations ({self.L} blocks)", "activations_bytes", "#d1495b")]
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+        unit, scale = _byte_unit(max(v["total_bytes"], v["mem_bytes"]))
+        bottom = 0.0
+        for label, key, color in parts:
+            ax1.bar(0, v[key] / scale, bottom=bottom, color=color, label=label, width=0.6)
+            bottom += v[key] / scale
+        ax1.axhline(v["mem_bytes"] / scale, color="#111111", linestyle="--", linewidth=1,
+                    label=f"accelerator: {self.mem_gib:g} GiB")
+        ax1.set_xticks([0], [f"one rank, N = {fmt_tokens(self.N)}"])
+        ax1.set_ylabel(f"memory ({unit})")
+        ax1.set_title(f"{self.model}: {fmt_bytes(v['total_bytes'])} "
+                      f"({'fits' if v['fits'] else 'does not fit'})", fontsize=10)
+        ax1.legend(fontsize=7, frameon=False, loc="upper right")
+        ns, pts = self._sweep(n_range)
+        ax2.loglog(ns, [p["total_bytes"] for p in pts], color="#d1495b", label="total per rank")
+        ax2.loglog(ns, [p["total_bytes"] - p["activations_bytes"] for p in pts], color="#1b4965",
+                   linestyle="--", label="weights + gradients + optimizer")
+        ax2.axhline(v["mem_bytes"], color="#111111", linestyle=":", linewidth=1, label="accelerator memory")
+        if v["n_max"]:
+            _mark(ax2, v["n_max"], f"longest N = {int(v['n_max']):,}", "#6c757d")
+        _tokens_axis(ax2)
+        ax2.set_yscale("log", base=2)
+        ax2.set_ylabel("memory per rank (bytes, log scale)")
+        ax2.set_title(f"{self.precision}, {self.optimizer}, ZeRO {self.zero_stage} over {self.dp_ranks} "
+                      f"ranks, recompute {self.recompute}, {self.attention}", fontsize=9)
+        ax2.legend(fontsize=8, frameon=False)
+        ax2.grid(True, which="major", alpha=0.3)
+        fig.tight_layout()
+        return fig
