@@ -396,7 +396,8 @@ class AnswerBox(anywidget.AnyWidget):
     for counts that must be exact); ``close_tol``: how near is close (10 %). ``slips``: common
     wrong answers, ``{value: message}`` (values from the library, in the base unit). ``hint``:
     shown with every verdict that is not right. ``label``: the input's label. A slip nearer to
-    the answer than ``rel_tol`` narrows it to half the gap, so that the slip is never graded right.
+    the answer than ``rel_tol`` narrows it to half the gap, so that the slip is never graded right;
+    a slip equal to the answer is dropped.
 
     ``check(text)`` grades like the page; ``answer`` (synced) is the last text the reader
     submitted, ``verdict`` its grade in Python.
@@ -422,9 +423,8 @@ class AnswerBox(anywidget.AnyWidget):
             if not (math.isfinite(tol) and tol >= 0):
                 raise ValueError(f"{name} must be a number >= 0, got {tol!r}")
         pairs = list(slips.items()) if isinstance(slips, dict) else list(slips or [])
-        slip_list = [[_as_float(v), str(msg)] for v, msg in pairs]
-        if any(v == e for v, _ in slip_list):
-            raise ValueError("a slip may not equal the expected answer")
+        # a slip that equals the answer is no slip here (e.g. two conventions that agree at these sizes)
+        slip_list = [[_as_float(v), str(msg)] for v, msg in pairs if _as_float(v) != e]
         if e != 0 and slip_list:  # a slip is never graded right: keep right narrower than half the gap
             rel_tol = min(rel_tol, min(abs(v - e) for v, _ in slip_list) / abs(e) / 2)
         super().__init__(**kwargs)
