@@ -61,6 +61,7 @@ from .ledger import (
     block_ledger,
     korthikanti_bytes,
 )
+from .measure import _graph_labels
 
 __all__ = [
     "BLOCK_ITEMS",
@@ -72,6 +73,7 @@ __all__ = [
     "korthikanti_bytes",
     "TransformerBlock",
     "measure_block",
+    "block_saved_by",
     "measure_block_flops",
 ]
 
@@ -268,6 +270,24 @@ def measure_block(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | N
     and each is named by the item the block tagged it with. The block's output is left out (the
     next block's X). A storage alive but never tagged is reported as ``"untagged"``.
     """
+    return _measure(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm, dropout, attention, mask_bytes,
+                    recompute, dtype)[0]
+
+
+def block_saved_by(B: int, N: int, d_model: int, H: int, **options) -> dict[str, str]:
+    """Who keeps each item of :func:`measure_block` alive: the autograd nodes that saved it (e.g.
+    ``"GeluBackward0.self"``), or ``"checkpoint"`` for what a recomputation keeps. Same options."""
+    opts = dict(num_kv_heads=None, ffn="gelu", ffn_dim=None, norm="layernorm", dropout=True,
+                attention="eager", mask_bytes=None, recompute="none", dtype="bf16")
+    unknown = set(options) - set(opts)
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)}; expected some of {sorted(opts)}")
+    opts.update(options)
+    return _measure(B, N, d_model, H, *opts.values())[1]
+
+
+def _measure(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm, dropout, attention, mask_bytes, recompute,
+             dtype):
     _check_block_args(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm, attention, mask_bytes,
                       recompute, dtype)
     if mask_bytes not in (None, 1):
@@ -293,6 +313,7 @@ def measure_block(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | N
     skip |= {w.untyped_storage()._cdata for w in block.parameters()}
     label = {ref.cdata: name for ref, name in names if not ref.expired()}
     result = dict.fromkeys(BLOCK_ITEMS, 0)
+    alive = []
     seen = set()
     for ref, nbytes, op, region, shape in rec.refs:
         key = ref.cdata
@@ -301,8 +322,18 @@ def measure_block(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | N
         seen.add(key)
         name = label.get(key) or _untagged_name(region, op, shape)
         result[name] = result.get(name, 0) + nbytes
+        alive.append((key, name))
+    # who holds each item (read after the measurement: reading a checkpointed node's saved tensors
+    # recomputes them); the inputs of a recomputed region are held by the checkpoint itself
+    graph = {} if recompute == "full" else _graph_labels(out)
+    held = {"full": ("X",), "selective": ("Q", "K", "V"), "none": ()}[recompute]
+    who: dict[str, str] = {}
+    for key, name in alive:
+        nodes = ("checkpoint (kept to recompute)" if name in held
+                 else ", ".join(dict.fromkeys(graph.get(key, ()))) or "?")
+        who[name] = nodes if name not in who else f"{who[name]}; {nodes}"
     del out
-    return result
+    return result, who
 
 
 def measure_block_flops(B: int, N: int, d_model: int, H: int, **options) -> dict[str, int]:

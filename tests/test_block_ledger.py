@@ -109,3 +109,14 @@ def test_block_ledger_keys_and_order():
     items = ledger.block_ledger(1, 8, 64, 4)
     assert list(items) == list(ledger.BLOCK_ITEMS)
     assert all(isinstance(v, int) for v in items.values())
+
+
+def test_block_saved_by_names_the_savers():
+    who = block.block_saved_by(1, 16, 48, 4)
+    assert who["P"] == "SoftmaxBackward0.result" and who["ffn.up"] == "GeluBackward0.self"
+    assert who["X"] == "NativeLayerNormBackward0.input"
+    assert block.block_saved_by(1, 16, 48, 4, recompute="full") == {"X": "checkpoint (kept to recompute)"}
+    sel = block.block_saved_by(1, 16, 48, 4, recompute="selective")
+    assert sel["Q"] == "checkpoint (kept to recompute)" and "P" not in sel
+    with pytest.raises(ValueError, match="unknown option"):
+        block.block_saved_by(1, 16, 48, 4, causal=True)
