@@ -210,3 +210,31 @@ def test_shard_and_unshard_are_inverse(layout, N):
         assert shards[0].flatten().tolist() == [0, 1, 14, 15]
     with pytest.raises(ValueError, match="layout"):
         par.chunk_ids(0, 4, "striped")
+
+
+def test_a_hanging_rank_is_killed_at_the_time_limit():
+    """A run that outlives its time limit is killed and reported, not waited on."""
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not finish within 6"):
+        par.launch(par.worker_hang, 1, timeout=6)
+    assert time.monotonic() - t0 < 20
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+@pytest.mark.parametrize("sequence_parallel", [False, True], ids=["TP", "TP+SP"])
+def test_per_rank_share_of_the_block_ledger_is_korthikanti(t, sequence_parallel):
+    """per_rank_activations on the block ledger with Korthikanti et al.'s options (GeLU, LayerNorm,
+    dropout with 1-byte masks, eager, bf16) is their per-rank count plus the norms' statistics."""
+    from attn_core import ledger
+
+    B, N, d, H = 2, 64, 32, 4
+    items = ledger.block_ledger(B, N, d, H, ffn="gelu", norm="layernorm", dropout=True, attention="eager",
+                                mask_bytes=1, dtype="bf16")
+    share = par.per_rank_activations(items, t=t, sequence_parallel=sequence_parallel)
+    stats = sum(v for k, v in share.items() if k.endswith(".stats"))
+    theirs = par.evaluate({"k": sum(par.korthikanti_exprs(True, sequence_parallel).values())},
+                          dict(B=B, N=N, d=d, H=H, b=2, t=t))["k"]
+    assert sum(share.values()) - stats == theirs
+    cp = par.per_rank_activations(items, c=4)
+    assert sum(cp.values()) * 4 == sum(items.values())

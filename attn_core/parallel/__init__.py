@@ -29,6 +29,7 @@ t ranks of tensor (and sequence) parallelism, c ranks of context parallelism.
 from .comm import CommLog, all_gather, all_reduce, record_comm, reduce_scatter
 from .ledger import (
     KORTHIKANTI_LETTERS,
+    TP_SPLIT_ITEMS,
     comm_bytes,
     comm_exprs,
     cp_ledger,
@@ -36,6 +37,7 @@ from .ledger import (
     evaluate,
     korthikanti_exprs,
     kv_cache_shard_exprs,
+    per_rank_activations,
     to_paper_letters,
     tp_ledger,
     tp_ledger_exprs,
@@ -44,7 +46,15 @@ from .ledger import (
 from .processes import launch
 from .ring import LAYOUTS, chunk_ids, ring_attention, ring_attention_stats, shard_sequence, unshard_sequence
 from .tensor import ReferenceBlock, TensorParallelBlock
-from .workers import ring_inputs, worker_errors, worker_fail, worker_ring, worker_suite, worker_tp
+from .workers import (
+    ring_inputs,
+    worker_errors,
+    worker_fail,
+    worker_hang,
+    worker_ring,
+    worker_suite,
+    worker_tp,
+)
 
 __all__ = [
     "LAYOUTS",
@@ -72,11 +82,14 @@ __all__ = [
     "tp_ledger",
     "cp_ledger",
     "comm_bytes",
+    "TP_SPLIT_ITEMS",
+    "per_rank_activations",
     "launch",
     "ring_inputs",
     "worker_ring",
     "worker_tp",
     "worker_errors",
     "worker_fail",
+    "worker_hang",
     "worker_suite",
 ]

@@ -218,3 +218,34 @@ def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None 
     else:
         env.update(d=_checks.positive_int("d_model", d_model), t=degree)
     return evaluate(comm_exprs(scheme), env)
+
+
+#: items of :func:`attn_core.ledger.block_ledger` that tensor parallelism splits over its t ranks:
+#: they belong to the rank's H/t heads (and H_kv/t key/value heads) or F/t FFN columns
+TP_SPLIT_ITEMS: frozenset[str] = frozenset({
+    "Q", "K", "V", "P", "attn_dropout.mask", "P_drop", "attn.lse", "ctx",
+    "ffn.gate", "ffn.silu", "ffn.up", "ffn.act",
+})
+
+
+def per_rank_activations(items: dict, *, t: int = 1, sequence_parallel: bool = False, c: int = 1) -> dict:
+    """One rank's share of a block's activation items under TP (degree t), SP and CP (degree c).
+
+    ``items``: bytes by item name, as :func:`attn_core.ledger.block_ledger` returns them. Items in
+    :data:`TP_SPLIT_ITEMS` are divided by t; the others (norm inputs, outputs and statistics, the
+    residual stream, its dropout masks) by t only with ``sequence_parallel``. Context parallelism
+    splits the tokens, so every item is divided by c: a rank's N/c queries keep (N/c) x N of each
+    N x N item, and a ring with a fused kernel (:func:`attn_core.parallel.ring_attention`) keeps
+    none at all. Exact when the degrees divide N, H, H_kv and F (then the values are integers);
+    otherwise Fractions. The per-rank ledger of Korthikanti et al. is this rule applied to their
+    items (``tests/test_parallel.py`` checks it against :func:`korthikanti_exprs`).
+    """
+    from fractions import Fraction
+
+    t = _checks.positive_int("t", t)
+    c = _checks.positive_int("c", c)
+    out = {}
+    for name, nbytes in items.items():
+        share = Fraction(nbytes, c * (t if name in TP_SPLIT_ITEMS or sequence_parallel else 1))
+        out[name] = int(share) if share.denominator == 1 else share
+    return out

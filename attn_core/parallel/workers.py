@@ -151,3 +151,9 @@ def worker_suite(rank: int, size: int, jobs: list) -> dict:
         fn = globals()[f"worker_{worker}"]
         out[name] = fn(rank, ranks, spec, group=groups[ranks]) if rank < ranks else None
     return out
+
+
+def worker_hang(rank: int, size: int) -> None:
+    """Never returns: launch() must kill it when its time is up."""
+    while True:
+        time.sleep(1)
