@@ -229,8 +229,13 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
 
     Forward: c - 1 steps pass the K, V shards around the ring, each send started before the
     rank computes with the block it holds; the partial outputs are merged with their logsumexp.
-    Backward (custom autograd): K, V travel the ring again (c - 1 sends) and the dK, dV
-    accumulator of each block follows them (c - 1 sends, the last one bringing it home).
+    Backward (custom autograd): K, V travel the ring again (c - 1 sends, overlapping compute) and
+    the dK, dV accumulator of each block follows them (c - 1 sends, the last one bringing it home;
+    each is sent after the step's compute, not overlapped with it). Weights are recomputed from
+    the saved logsumexp: no rank stores an N x N tensor.
+    Computes in the inputs' dtype (use float32 or float64: the logsumexp is kept in it too).
+    With gloo the tensors are on the CPU; the sends are torch.distributed.isend/irecv, which NCCL
+    also provides for GPU tensors (not run in this book).
     Bad input on any rank raises the same ValueError on every rank.
     """
     r, c = _group(group)
