@@ -108,21 +108,38 @@ BLOCK_GRID = list(itertools.product(
     ("fp32", "bf16")))
 
 
+@pytest.fixture(scope="module")
+def block_items_fn():
+    items = formulas.block_items()
+    return list(items), formulas.python_function(items)
+
+
 @pytest.mark.parametrize("B, N, dims, norm, ffn, attention, recompute, drop_mask, dtype", BLOCK_GRID, ids=str)
-def test_block_items_equal_block_ledger(B, N, dims, norm, ffn, attention, recompute, drop_mask, dtype):
-    """The SymPy block ledger (what the "does it fit" page evaluates) equals ledger.block_ledger."""
+def test_block_items_equal_block_ledger(block_items_fn, B, N, dims, norm, ffn, attention, recompute,
+                                        drop_mask, dtype):
+    """The SymPy block ledger (what the "does it fit" page evaluates) equals ledger.block_ledger.
+
+    Evaluated exactly through the same printer that writes attn_core/_generated.py.
+    """
     d, H, H_kv, F_ = dims
     dropout, mask_bytes = drop_mask
-    env = {S.B: B, S.N: N, S.d: d, S.H: H, S.H_kv: H_kv, S.F: F_, S.b: ledger.DTYPE_BYTES[dtype],
-           S.k_drop: int(dropout), S.u_mask: int(mask_bytes == 1)}
+    env = {"B": B, "N": N, "d": d, "H": H, "H_kv": H_kv, "F": F_, "b": ledger.DTYPE_BYTES[dtype],
+           "k_drop": int(dropout), "u_mask": int(mask_bytes == 1)}
     for sw, opt in (("norm", norm), ("ffn_kind", ffn), ("attention", attention), ("recompute", recompute)):
-        env.update({getattr(S, k): v for k, v in _tables.SWITCHES[sw][opt].items()})
+        env.update(_tables.SWITCHES[sw][opt])
     book = ledger.block_ledger(B, N, d, H, num_kv_heads=H_kv, ffn=ffn, ffn_dim=F_, norm=norm, dropout=dropout,
                                attention=attention, mask_bytes=mask_bytes, recompute=recompute, dtype=dtype)
-    items = formulas.block_items()
-    assert list(items) == list(book)
-    for name, expr in items.items():
-        assert expr.subs(env) == book[name], name
+    names, fn = block_items_fn
+    assert names == list(book)
+    assert fn({k: Fraction(v) for k, v in env.items()}) == book
+
+
+def test_block_items_subs_at_one_point():
+    """The same through sympy's subs, at one point (the grid above uses the generated printer)."""
+    env = {S.B: 2, S.N: 7, S.d: 24, S.H: 4, S.H_kv: 2, S.F: 40, S.b: 2, S.k_drop: 1, S.u_mask: 0,
+           S.n_rms: 1, S.g_swiglu: 1, S.e_fused: 0, S.r_sel: 0, S.r_full: 0}
+    book = ledger.block_ledger(2, 7, 24, 4, num_kv_heads=2, ffn="swiglu", ffn_dim=40, norm="rmsnorm")
+    assert {k: e.subs(env) for k, e in formulas.block_items().items()} == book
 
 
 @pytest.mark.parametrize("precision, optimizer, stage, ranks", list(itertools.product(
