@@ -46,17 +46,27 @@ def launch(fn, size: int, *args, timeout: float = 120.0) -> list:
     ``worker_*`` function of this module) and meet at a free TCP port on 127.0.0.1. Returns the
     ranks' results in rank order. If a rank raises, or the whole run takes longer than
     ``timeout`` seconds, every process still alive is killed and RuntimeError says which rank
-    failed and how: nothing is left running, nothing waits forever.
+    failed and how: nothing is left running, nothing waits forever. If the free port was taken
+    by someone else before rank 0 could listen on it, the run starts once more on another port.
     """
+    size = _checks.positive_int("size", size)
+    for attempt in (1, 2):
+        try:
+            return _launch_once(fn, size, args, timeout, _free_port())
+        except RuntimeError as e:
+            if attempt == 2 or not any(s in str(e) for s in ("EADDRINUSE", "Address already in use")):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch_once(fn, size: int, args: tuple, timeout: float, port: int) -> list:
     import io
     import queue as queue_mod
 
     import torch.multiprocessing as mp
 
-    size = _checks.positive_int("size", size)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = _free_port()
     procs = [ctx.Process(target=_entry, args=(r, size, port, fn, args, results, timeout), daemon=True)
              for r in range(size)]
     deadline = time.monotonic() + timeout
