@@ -19,6 +19,10 @@ eager attention layer keeps for backward, in bytes. Two versions, chosen by ``sa
 
 The same items are SymPy expressions in :mod:`attn_core.formulas` (the widgets evaluate
 those); ``tests/test_formulas.py`` checks the two agree.
+
+:func:`block_ledger` counts a whole pre-norm transformer block the same way (norms, projections,
+the attention core, the FFN, the dropouts, with recomputation); the block itself and its
+measurement are in :mod:`attn_core.block`.
 """
 
 from __future__ import annotations
