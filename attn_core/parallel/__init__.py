@@ -19,7 +19,7 @@ t ranks of tensor (and sequence) parallelism, c ranks of context parallelism.
   (:func:`tp_ledger`, :func:`cp_ledger`, :func:`comm_bytes`, :func:`evaluate`).
 * :mod:`.comm`: every tensor a rank sends goes through one function, which counts its bytes
   (:func:`record_comm`); the collectives are rings of point-to-point sends.
-* :mod:`.processes`: :func:`launch` starts P processes on this machine (spawn, gloo, 127.0.0.1), runs
+* :mod:`.processes`: :func:`launch` starts ``size`` processes on this machine (spawn, gloo, 127.0.0.1), runs
   an importable function on every rank and returns the results; a rank that fails or hangs is
   killed and reported, never waited on forever.
 * :mod:`.workers`: the experiments of chapter 11, ``tests/test_parallel.py`` and

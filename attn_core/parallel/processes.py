@@ -1,4 +1,4 @@
-"""Start P processes on this machine, join them in a gloo process group, run a function on each."""
+"""Start several processes on this machine, join them in a gloo process group, run a function on each."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _entry(rank, size, port, fn, args, results, timeout_s):
     """What each spawned process runs: join the group, call fn, report (result or traceback)."""
     import io
 
-    # one thread per rank: this is a process launch() created, and the P ranks share the cores
+    # one thread per rank: this is a process launch() created, and all the ranks share the cores
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
