@@ -22,8 +22,9 @@ plain gated linear attention with u_t in place of v_t. Two forms of each:
       (I + A) U = diag(beta) V - diag(beta exp(b)) K M,   A = strict_tril(diag(beta) (K K^T * Gamma)),
 
   so U = U0 - W M with U0 = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta exp(b)) K,
-  for every chunk at once (the inverse of the unit triangular I + A by blocks, see
-  :func:`_unit_lower_inverse`). Only the pass of the state
+  for every chunk at once (by a batched triangular solve when autograd records, which keeps
+  less for the backward pass, else by the inverse of I + A by blocks, :func:`_unit_lower_inverse`,
+  faster on a CPU). Only the pass of the state
   from chunk to chunk is a loop, N/C steps of small matmuls:
 
       U_c = U0_c - W_c M,  M <- exp(b_C) M + (K_c * exp(b_C - b))^T U_c,
@@ -213,7 +214,10 @@ def gated_delta_rule_chunked(
     k_beta = kc * bc[..., None]  # (B', N/C, C, D_k): beta_i k_i
     a = (k_beta @ kc.mT).mul_(lower.tril(-1) if decay is None else decay.tril(-1))  # (B', N/C, C, C): A
     rhs = torch.cat([vc * bc[..., None], k_beta if into is None else k_beta * into], -1)  # (.., C, D_v + D_k)
-    solved = _unit_lower_inverse(a) @ rhs  # (B', N/C, C, D_v + D_k)
+    if torch.is_grad_enabled() and a.requires_grad:  # autograd keeps less for a solve than for the blocks
+        solved = torch.linalg.solve_triangular(a, rhs, upper=False, unitriangular=True)  # (.., C, D_v + D_k)
+    else:
+        solved = _unit_lower_inverse(a) @ rhs  # (B', N/C, C, D_v + D_k)
     u0, w = solved[..., :d_v], solved[..., d_v:]  # (B', N/C, C, D_v), (B', N/C, C, D_k)
     k_out = kc if out_of is None else kc * out_of  # (B', N/C, C, D_k)
     if state is None:

@@ -315,3 +315,23 @@ def test_meta_device_runs_without_data():
     assert y.shape == (1, 4, 300, 8) and m.shape == (1, 4, 16, 8)
     y = delta_rule_recurrent(q[..., :5, :], q[..., :5, :], v[..., :5, :], beta[..., :5])
     assert y.shape == (1, 4, 5, 8)
+
+
+@pytest.mark.parametrize("chunk", [7, 16, 64], ids=lambda c: f"C={c}")
+def test_solve_and_block_inverse_agree(chunk):
+    """Autograd on: the chunked form solves (I + A) X = R; off: it inverts I + A by blocks. Same y (1e-10)."""
+    q, k, v, beta, gamma, m0 = make_inputs((2,), 100, 8, 6, seed=13, with_state=True)
+    without = gated_delta_rule_chunked(q, k, v, beta, gamma, chunk, initial_state=m0)
+    with_grad = gated_delta_rule_chunked(q.requires_grad_(), k, v, beta, gamma, chunk, initial_state=m0)
+    assert with_grad.requires_grad and not without.requires_grad
+    torch.testing.assert_close(with_grad.detach(), without, **F64)
+    torch.testing.assert_close(without, delta_reference(q, k, v, beta, gamma, m0)[0], **F64)
+
+
+def test_unit_lower_inverse():
+    """_unit_lower_inverse(A) (I + A) = I for strictly lower A, C = 64 (blocks) and C = 12 (a solve)."""
+    g = torch.Generator().manual_seed(14)
+    for c in (64, 12):
+        a = (0.3 * torch.randn(3, c, c, generator=g, dtype=torch.float64)).tril(-1)
+        eye = torch.eye(c, dtype=torch.float64)
+        torch.testing.assert_close(delta._unit_lower_inverse(a) @ (eye + a), eye.expand(3, c, c), **F64)
