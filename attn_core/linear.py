@@ -16,8 +16,16 @@ Mamba-2 / gated linear attention. Each is written three ways, as in fla's
 * chunked: parallel inside chunks of C tokens, recurrent across chunks,
   O(N C D + N D_k D_v), how these models are trained.
 
-Shapes: q, k (..., N, D_k); v (..., N, D_v); gamma (..., N) in (0, 1];
+Shapes: q, k (..., N, D_k); v (..., N, D_v); gamma (..., N) in (0, 1], or a vector gate
+(..., N, D_k) with as many dims as q (gated linear attention: M_t = diag(gamma_t) M_{t-1} + k_t v_t^T);
 outputs (..., N, D_v). Any leading batch dims, any N (not only multiples of C).
+
+Without autograd and with more tokens than one block (BLOCK_TOKENS), the chunked forms run block
+by block into reused buffers, so no temporary grows with N: under glibc's default malloc a call
+then asks the kernel for fresh pages only for its output. The library changes no process-wide
+setting (allocator, threads, default dtype).
+
+The delta rule and the gated delta rule live in :mod:`attn_core.delta` and are re-exported here.
 
 Decays are handled in log space, log D[t, s] = sum_{r=s+1..t} log gamma_r,
 summed without subtracting two large prefix sums, so gamma as small as 1e-30
