@@ -16,19 +16,20 @@ plain gated linear attention with u_t in place of v_t. Two forms of each:
 
 * recurrent: the loop above, one token at a time, a D_k x D_v state.
 * chunked: inside a chunk of C tokens the u_t depend on each other only through a unit
-  lower-triangular C x C system (the WY / UT representation): with Gamma[i, j] =
-  exp(b_i - b_j), b_i the sum of log gamma from the chunk start to token i,
+  lower-triangular C x C system (the WY / UT representation): with D[i, j] =
+  exp(l_i - l_j), l_i the sum of log gamma from the chunk start to token i,
 
-      (I + A) U = diag(beta) V - diag(beta exp(b)) K M,   A = strict_tril(diag(beta) (K K^T * Gamma)),
+      (I + A) U = diag(beta) V - diag(beta exp(l)) K M,   A = strict_tril(diag(beta) (K K^T * D)),
 
-  so U = U0 - W M with U0 = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta exp(b)) K,
+  so U = U0 - W M with U0 = (I + A)^-1 diag(beta) V and W = (I + A)^-1 diag(beta exp(l)) K
+  (the book writes W as K~: W is its sliding window),
   for every chunk at once (by a batched triangular solve when autograd records, which keeps
   less for the backward pass, else by the inverse of I + A by blocks, :func:`_unit_lower_inverse`,
   faster on a CPU). Only the pass of the state
   from chunk to chunk is a loop, N/C steps of small matmuls:
 
-      U_c = U0_c - W_c M,  M <- exp(b_C) M + (K_c * exp(b_C - b))^T U_c,
-      Y_c = (Q_c * exp(b)) M_entering + tril(Q_c K_c^T * Gamma) U_c.
+      U_c = U0_c - W_c M,  M <- exp(l_C) M + (K_c * exp(l_C - l))^T U_c,
+      Y_c = (Q_c * exp(l)) M_entering + tril(Q_c K_c^T * D) U_c.
 
 Every exponent is <= 0, so nothing overflows. beta: (..., N) in [0, 1] (the update then never
 grows a unit key's memory: I - beta k k^T has eigenvalues 1 and 1 - beta ||k||^2). Keys are used
@@ -203,11 +204,11 @@ def gated_delta_rule_chunked(
         decay = into = out_of = end = None  # Gamma is the causal 0/1 mask
     else:
         log_g = _to_chunks(_log_gamma(gamma, dt)[..., None], lead, c)[..., 0]  # (B', N/C, C); pad 0
-        b = log_g.cumsum(-1)  # (B', N/C, C): log decay from the chunk start to token i
-        decay = torch.exp(segment_sum(log_g)).to(dt)  # (B', N/C, C, C): exp(b_i - b_j), 0 above diag
-        into = torch.exp(b).to(dt)[..., None]  # (B', N/C, C, 1): decay of the entering state at i
-        out_of = torch.exp(b[..., -1:] - b).to(dt)[..., None]  # (B', N/C, C, 1): from j to the chunk end
-        end = torch.exp(b[..., -1]).to(dt)[..., None, None]  # (B', N/C, 1, 1): the whole chunk
+        ell = log_g.cumsum(-1)  # (B', N/C, C): log decay from the chunk start to token i
+        decay = torch.exp(segment_sum(log_g)).to(dt)  # (B', N/C, C, C): exp(l_i - l_j), 0 above diag
+        into = torch.exp(ell).to(dt)[..., None]  # (B', N/C, C, 1): decay of the entering state at i
+        out_of = torch.exp(ell[..., -1:] - ell).to(dt)[..., None]  # (B', N/C, C, 1): from j to the chunk end
+        end = torch.exp(ell[..., -1]).to(dt)[..., None, None]  # (B', N/C, 1, 1): the whole chunk
     # the UT transform: (I + A) [U0 | W] = [diag(beta) V | diag(beta e^b) K], A strictly lower
     # triangular: (I + A)^-1 for all chunks at once, then one product for both right-hand sides
     lower = torch.ones(c, c, dtype=dt, device=q.device).tril()  # (C, C): 1 on and below the diagonal
