@@ -59,9 +59,13 @@ notebooks: formulas
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
 	  --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb
 
-# benchmark tables (ratios measured side by side in one run; not tests)
+# benchmark tables (ratios measured side by side in one run; not tests), glibc's default malloc
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/linear_forms.py --json bench/linear_forms.json
+	$(BIN)/python bench/flash.py
+	$(BIN)/python bench/training.py
+	$(BIN)/python bench/parallel.py
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks
