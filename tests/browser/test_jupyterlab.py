@@ -1,9 +1,10 @@
 """The widgets in JupyterLab with a live kernel: sliders and answer boxes, and Python sees both.
 
-A JupyterLab server runs on 127.0.0.1 over a scratch notebook that shows MemoryLedgerWidget and
-then prints its Python-side state. Chromium (Debian's, through Playwright) runs the notebook,
-moves the N slider with the keyboard, re-runs the print cell, and checks that the kernel got the
-new N and that the total the page shows equals the one Python computed.
+A JupyterLab server runs on 127.0.0.1 over scratch notebooks that each show one slider widget
+(MemoryLedgerWidget, FitWidget) and then print its Python-side state. Chromium (Debian's, through
+Playwright) runs the notebook, moves the N slider with the keyboard, re-runs the print cell, and
+checks that the kernel got the new N and that the total the page shows equals the one Python
+computed.
 
 The same server opens a copy of one chapter (ANSWER_CHAPTER, outputs cleared, one cell appended
 that reports the boxes' Python-side grades), runs it, types a wrong and then the right answer into
@@ -26,10 +27,13 @@ import nbformat
 import pytest
 from test_book_pages import CHROMIUM, LAUNCH_ARGS, ROOT, SHOTS, _require_browser, _wrong_text
 
-CELLS = [
-    "from attn_core.widgets import MemoryLedgerWidget\nw = MemoryLedgerWidget()\nw",
-    'print(f"N={w.N} total={w.values[\'total_bytes\']}")',
-]
+# the slider widgets tested live: the memory ledger (chapter 5) and "does it fit?" (chapter 10)
+SLIDER_WIDGETS = ("MemoryLedgerWidget", "FitWidget")
+
+
+def _cells(cls: str) -> list[str]:
+    return [f"from attn_core.widgets import {cls}\nw = {cls}()\nw",
+            'print(f"N={w.N} total={int(w.values[\'total_bytes\'])}")']
 
 
 ANSWER_CHAPTER = "04_gqa_kv_cache"  # quick to run, with boxes of counts and of bytes
@@ -67,9 +71,10 @@ def _free_port() -> int:
 def lab(tmp_path_factory):
     _require_browser()
     root = tmp_path_factory.mktemp("lab")
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, root / "widget.ipynb")
+    for cls in SLIDER_WIDGETS:
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in _cells(cls)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, root / f"{cls}.ipynb")
     _chapter_copy(root)
     port = _free_port()
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
@@ -108,7 +113,8 @@ def _run_all(page):
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
-def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
+@pytest.mark.parametrize("cls", SLIDER_WIDGETS)
+def test_slider_moves_in_jupyterlab_and_kernel_follows(lab, cls):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -116,7 +122,7 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(lab) else r.abort())
         try:
-            page.goto(f"{lab}/lab/tree/widget.ipynb?reset")  # ?reset: no saved workspace layout
+            page.goto(f"{lab}/lab/tree/{cls}.ipynb?reset")  # ?reset: no saved workspace layout
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
             _accept_kernel_dialog(page)
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
@@ -141,7 +147,7 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab):
             assert n_after > 4096  # the kernel saw the slider move, and computed what the page shows
         except Exception:
             SHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SHOTS / "jupyterlab-failure.png"))  # what the test saw
+            page.screenshot(path=str(SHOTS / f"jupyterlab-failure-{cls}.png"))  # what the test saw
             raise
         finally:
             browser.close()
