@@ -9,16 +9,17 @@ this run: the calls being compared are interleaved and each keeps its median, so
 machine slows both sides alike. About half a minute on 2 cores.
 
 Memory allocator. glibc's malloc hands every allocation of 32 MiB or more, and, as its
-thresholds move, many smaller ones, fresh pages from the kernel and gives them back on free, so
-a call that makes large temporaries pays for fresh pages every time. A reader's notebook runs
-with glibc's defaults, and so does this table: that is the headline. The chunked forms of
-attn_core.linear process long inputs in blocks with reused buffers, so no temporary but the
-output grows with N. ``--keep-freed`` measures instead with freed memory kept for reuse
-(``mallopt(M_MMAP_MAX, 0)``, ``mallopt(M_TRIM_THRESHOLD, 1 GiB)``, what jemalloc, tcmalloc or
-PyTorch's own GPU allocator do anyway), and then adds the chunked figures from a fresh process
-with glibc's defaults under the table, page faults counted.
+thresholds move, many smaller ones, fresh pages from the kernel and gives them back on free.
+A chunked call makes several such temporaries, so under glibc's defaults a timing depends on
+the heap's history, and on this kind of virtual machine a fresh page costs about a
+microsecond (at N = 32768 some 130 MiB of fresh pages a call: tens of milliseconds). The
+table is therefore measured with freed memory kept for reuse (``mallopt(M_MMAP_MAX, 0)``,
+``mallopt(M_TRIM_THRESHOLD, 1 GiB)``, what jemalloc, tcmalloc or PyTorch's own GPU allocator
+do anyway); the lines under the table give the chunked figures again from a fresh process with
+glibc's defaults, page faults counted. ``--default-malloc`` measures the whole table with
+glibc's defaults.
 
-    .venv/bin/python bench/run.py [--keep-freed]
+    .venv/bin/python bench/run.py [--default-malloc]
 """
 
 from __future__ import annotations
@@ -431,8 +432,7 @@ def print_table(r: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep-freed", action="store_true",
-                        help="make glibc keep freed memory for reuse (mallopt) instead of its defaults")
+    parser.add_argument("--default-malloc", action="store_true", help="leave glibc's malloc at its defaults")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
@@ -442,8 +442,8 @@ def main() -> None:
     torch.manual_seed(0)
     t0 = time.perf_counter()
     results = {"machine": machine()}
-    results["default_malloc"] = default_malloc() if args.keep_freed else None
-    kept = args.keep_freed and keep_freed_memory()
+    results["default_malloc"] = None if args.default_malloc else default_malloc()
+    kept = not args.default_malloc and keep_freed_memory()
     results["machine"]["malloc"] = "freed memory kept (mallopt)" if kept else "glibc defaults"
     sections = {"growth": growth, "flops": flops_fraction, "sweep": chunk_sweep, "decode": decode,
                 "ledger": meta_ledger, "widget": widget_callback}
