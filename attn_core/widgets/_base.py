@@ -70,3 +70,20 @@ def _check_divides(obj, small: str, big: str, value_small: int, value_big: int, 
             f"{trait}: {small} ({value_small}) must divide {big} ({value_big}) "
             f"in {type(obj).__name__}"
         )
+
+
+class _HeadsDivideWidth(traitlets.HasTraits):
+    """Validators for widgets with traits d and H: H must divide d.
+
+    To change both at once, set them inside ``hold_trait_notifications()``.
+    """
+
+    @traitlets.validate("H")
+    def _valid_H(self, proposal):
+        _check_divides(self, "H", "d", proposal["value"], self.d, "H")
+        return proposal["value"]
+
+    @traitlets.validate("d")
+    def _valid_d(self, proposal):
+        _check_divides(self, "H", "d", self.H, proposal["value"], "d")
+        return proposal["value"]

@@ -7,12 +7,12 @@ import math
 import traitlets
 
 from .. import flops
-from ._base import _check_divides, _LedgerWidget
+from ._base import _HeadsDivideWidth, _LedgerWidget
 from ._plot import _mark, _share_axis, _tokens_axis
 from ._spec import fmt_flops, fmt_tokens
 
 
-class FlopsWidget(_LedgerWidget):
+class FlopsWidget(_HeadsDivideWidth, _LedgerWidget):
     """Chapter 6: linear against quadratic FLOPs of one layer, with sliders.
 
     ``FlopsWidget(d=3072, H=24, ffn="mlp", causal=False)`` (and ``N=4096``, the marked length)
@@ -46,16 +46,6 @@ class FlopsWidget(_LedgerWidget):
     def __init__(self, d: int = 3072, H: int = 24, ffn: str = "mlp", causal: bool = False,
                  N: int = 4096, **kwargs):
         super().__init__(d=d, H=H, ffn=ffn, causal=causal, N=N, **kwargs)
-
-    @traitlets.validate("H")
-    def _valid_H(self, proposal):
-        _check_divides(self, "H", "d", proposal["value"], self.d, "H")
-        return proposal["value"]
-
-    @traitlets.validate("d")
-    def _valid_d(self, proposal):
-        _check_divides(self, "H", "d", self.H, proposal["value"], "d")
-        return proposal["value"]
 
     @traitlets.validate("ffn_mult")
     def _valid_ffn_mult(self, proposal):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import traitlets
 
 from .. import _tables, ledger
-from ._base import _check_divides, _LedgerWidget
+from ._base import _HeadsDivideWidth, _LedgerWidget
 from ._plot import _ITEM_COLORS, _byte_unit, _bytes_axis, _mark, _tokens_axis
 from ._spec import fmt_bytes, fmt_tokens
 
 
-class MemoryLedgerWidget(_LedgerWidget):
+class MemoryLedgerWidget(_HeadsDivideWidth, _LedgerWidget):
     """Chapter 5: the activation-memory ledger of one attention layer, with sliders.
 
     ``MemoryLedgerWidget(N=4096, d=3072, H=24, dtype="bf16", dropout=True, saved="teaching")``
@@ -47,16 +47,6 @@ class MemoryLedgerWidget(_LedgerWidget):
     def __init__(self, N: int = 4096, d: int = 3072, H: int = 24, dtype: str = "bf16",
                  dropout: bool = True, saved: str = "teaching", mask: str = "dtype", **kwargs):
         super().__init__(N=N, d=d, H=H, dtype=dtype, dropout=dropout, saved=saved, mask=mask, **kwargs)
-
-    @traitlets.validate("H")
-    def _valid_H(self, proposal):
-        _check_divides(self, "H", "d", proposal["value"], self.d, "H")
-        return proposal["value"]
-
-    @traitlets.validate("d")
-    def _valid_d(self, proposal):
-        _check_divides(self, "H", "d", self.H, proposal["value"], "d")
-        return proposal["value"]
 
     def figure(self, n_range: tuple[int, int] = (64, 131072)):
         """The widget's figure with matplotlib: the stacked ledger at N, and totals against N."""
