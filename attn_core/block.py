@@ -274,15 +274,21 @@ def measure_block(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | N
                     recompute, dtype)[0]
 
 
-def block_saved_by(B: int, N: int, d_model: int, H: int, **options) -> dict[str, str]:
-    """Who keeps each item of :func:`measure_block` alive: the autograd nodes that saved it (e.g.
-    ``"GeluBackward0.self"``), or ``"checkpoint"`` for what a recomputation keeps. Same options."""
+def _block_options(options: dict) -> dict:
+    """block_ledger's keyword options with their defaults, updated by ``options`` (unknown names rejected)."""
     opts = dict(num_kv_heads=None, ffn="gelu", ffn_dim=None, norm="layernorm", dropout=True,
                 attention="eager", mask_bytes=None, recompute="none", dtype="bf16")
     unknown = set(options) - set(opts)
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)}; expected some of {sorted(opts)}")
     opts.update(options)
+    return opts
+
+
+def block_saved_by(B: int, N: int, d_model: int, H: int, **options) -> dict[str, str]:
+    """Who keeps each item of :func:`measure_block` alive: the autograd nodes that saved it (e.g.
+    ``"GeluBackward0.self"``), or ``"checkpoint"`` for what a recomputation keeps. Same options."""
+    opts = _block_options(options)
     return _measure(B, N, d_model, H, *opts.values())[1]
 
 
@@ -344,12 +350,7 @@ def measure_block_flops(B: int, N: int, d_model: int, H: int, **options) -> dict
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    opts = dict(num_kv_heads=None, ffn="gelu", ffn_dim=None, norm="layernorm", dropout=True,
-                attention="eager", mask_bytes=None, recompute="none", dtype="bf16")
-    unknown = set(options) - set(opts)
-    if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)}; expected some of {sorted(opts)}")
-    opts.update(options)
+    opts = _block_options(options)
     _check_block_args(B, N, d_model, H, opts["num_kv_heads"], opts["ffn"], opts["ffn_dim"], opts["norm"],
                       opts["attention"], opts["mask_bytes"], opts["recompute"], opts["dtype"])
     block = _block_for(d_model, H, **opts)
