@@ -268,6 +268,12 @@ def split_in(total: sp.Expr, var: sp.Symbol = N) -> tuple[sp.Expr, sp.Expr]:
     return sp.expand(total - quad), quad
 
 
+def _flops_summary(lin: sp.Expr, quad: sp.Expr, n_star_key: str) -> dict[str, sp.Expr]:
+    """The FLOPs values both FLOPs widgets show: the two parts, their total and share, the crossover."""
+    return {"linear_flops": lin, "quadratic_flops": quad, "total_flops": lin + quad,
+            "quadratic_share": quad / (lin + quad), n_star_key: crossover(lin, quad)}
+
+
 def _split(items: dict[str, sp.Expr]) -> tuple[sp.Expr, sp.Expr]:
     return split_in(sum(items.values()))
 
@@ -295,11 +301,7 @@ def widget_values() -> dict[str, dict[str, sp.Expr]]:
     lin_f, quad_f = lin.subs(fl), quad.subs(fl)
     lin_a = lin_f.subs(w_ffn, 0)
     flops = {
-        "linear_flops": lin_f,
-        "quadratic_flops": quad_f,
-        "total_flops": lin_f + quad_f,
-        "quadratic_share": quad_f / (lin_f + quad_f),
-        "n_star": crossover(lin_f, quad_f),
+        **_flops_summary(lin_f, quad_f, "n_star"),
         "linear_flops_attention": lin_a,
         "total_flops_attention": lin_a + quad_f,
         "quadratic_share_attention": quad_f / (lin_a + quad_f),
@@ -316,11 +318,7 @@ def widget_values() -> dict[str, dict[str, sp.Expr]]:
     kv_full = kv_cache_bytes(n_kv)
     state = linear_state_bytes().subs(D_k, D)
     explorer = {
-        "linear_flops": lin,
-        "quadratic_flops": quad,
-        "total_flops": lin + quad,
-        "quadratic_share": quad / (lin + quad),
-        "n_star_flops": crossover(lin, quad),
+        **_flops_summary(lin, quad, "n_star_flops"),
         "n_star_flops_attention": crossover(lin.subs(w_ffn, 0), quad),
         "act_layer_eager": act_layer,
         "act_layer_fused": act_fused,
