@@ -245,8 +245,10 @@ def fit(env):
     M_gib = env['M_gib']
     N = env['N']
     N_d = env['N_d']
+    P_rep = env['P_rep']
     P_w = env['P_w']
     b = env['b']
+    c = env['c']
     d = env['d']
     e_fused = env['e_fused']
     g_b = env['g_b']
@@ -257,129 +259,131 @@ def fit(env):
     o_master = env['o_master']
     r_full = env['r_full']
     r_sel = env['r_sel']
+    s_sp = env['s_sp']
+    t = env['t']
     w_b = env['w_b']
     z_1 = env['z_1']
     z_2 = env['z_2']
     z_3 = env['z_3']
     out = {}
     try:
-        out['item.X'] = B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)
+        out['item.X'] = (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1))/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.X'] = None
     try:
-        out['item.norm1.fp32_input'] = 4*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))
+        out['item.norm1.fp32_input'] = 4*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm1.fp32_input'] = None
     try:
-        out['item.norm1.stats'] = 4*B*N*(1 - r_full)*(2 - n_rms)
+        out['item.norm1.stats'] = 4*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm1.stats'] = None
     try:
-        out['item.norm1.normalized'] = 4*B*N*d*n_rms*(1 - r_full)
+        out['item.norm1.normalized'] = 4*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm1.normalized'] = None
     try:
-        out['item.norm1.out'] = B*N*b*d*(1 - r_full)
+        out['item.norm1.out'] = B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm1.out'] = None
     try:
-        out['item.Q'] = B*N*b*d*(1 - r_full)
+        out['item.Q'] = B*N*b*d*(1 - r_full)/(c*t)
     except ZeroDivisionError:
         out['item.Q'] = None
     try:
-        out['item.K'] = B*H_kv*N*b*d*(1 - r_full)/H
+        out['item.K'] = B*H_kv*N*b*d*(1 - r_full)/(H*c*t)
     except ZeroDivisionError:
         out['item.K'] = None
     try:
-        out['item.V'] = B*H_kv*N*b*d*(1 - r_full)/H
+        out['item.V'] = B*H_kv*N*b*d*(1 - r_full)/(H*c*t)
     except ZeroDivisionError:
         out['item.V'] = None
     try:
-        out['item.P'] = B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)
+        out['item.P'] = B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t)
     except ZeroDivisionError:
         out['item.P'] = None
     try:
-        out['item.attn_dropout.mask'] = B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)
+        out['item.attn_dropout.mask'] = B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t)
     except ZeroDivisionError:
         out['item.attn_dropout.mask'] = None
     try:
-        out['item.P_drop'] = B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)
+        out['item.P_drop'] = B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t)
     except ZeroDivisionError:
         out['item.P_drop'] = None
     try:
-        out['item.attn.lse'] = 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)
+        out['item.attn.lse'] = 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t)
     except ZeroDivisionError:
         out['item.attn.lse'] = None
     try:
-        out['item.ctx'] = B*N*b*d*(1 - r_full)
+        out['item.ctx'] = B*N*b*d*(1 - r_full)/(c*t)
     except ZeroDivisionError:
         out['item.ctx'] = None
     try:
-        out['item.attn_resid.mask'] = B*N*d*k_drop*(1 - r_full)
+        out['item.attn_resid.mask'] = B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.attn_resid.mask'] = None
     try:
-        out['item.h'] = B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)
+        out['item.h'] = B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.h'] = None
     try:
-        out['item.norm2.fp32_input'] = 4*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))
+        out['item.norm2.fp32_input'] = 4*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm2.fp32_input'] = None
     try:
-        out['item.norm2.stats'] = 4*B*N*(1 - r_full)*(2 - n_rms)
+        out['item.norm2.stats'] = 4*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm2.stats'] = None
     try:
-        out['item.norm2.normalized'] = 4*B*N*d*n_rms*(1 - r_full)
+        out['item.norm2.normalized'] = 4*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm2.normalized'] = None
     try:
-        out['item.norm2.out'] = B*N*b*d*(1 - r_full)
+        out['item.norm2.out'] = B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.norm2.out'] = None
     try:
-        out['item.ffn.gate'] = B*F*N*b*g_swiglu*(1 - r_full)
+        out['item.ffn.gate'] = B*F*N*b*g_swiglu*(1 - r_full)/(c*t)
     except ZeroDivisionError:
         out['item.ffn.gate'] = None
     try:
-        out['item.ffn.silu'] = B*F*N*b*g_swiglu*(1 - r_full)
+        out['item.ffn.silu'] = B*F*N*b*g_swiglu*(1 - r_full)/(c*t)
     except ZeroDivisionError:
         out['item.ffn.silu'] = None
     try:
-        out['item.ffn.up'] = B*F*N*b*(1 - r_full)
+        out['item.ffn.up'] = B*F*N*b*(1 - r_full)/(c*t)
     except ZeroDivisionError:
         out['item.ffn.up'] = None
     try:
-        out['item.ffn.act'] = B*F*N*b*(1 - r_full)
+        out['item.ffn.act'] = B*F*N*b*(1 - r_full)/(c*t)
     except ZeroDivisionError:
         out['item.ffn.act'] = None
     try:
-        out['item.ffn_resid.mask'] = B*N*d*k_drop*(1 - r_full)
+        out['item.ffn_resid.mask'] = B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['item.ffn_resid.mask'] = None
     try:
-        out['layer_bytes'] = 2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1)) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H
+        out['layer_bytes'] = 2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1))/(c*(s_sp*(t - 1) + 1))
     except ZeroDivisionError:
         out['layer_bytes'] = None
     try:
-        out['weights_bytes'] = P_w*w_b*(-z_3 + 1 + z_3/N_d)
+        out['weights_bytes'] = w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d)
     except ZeroDivisionError:
         out['weights_bytes'] = None
     try:
-        out['gradients_bytes'] = P_w*g_b*(-z_2 + 1 + z_2/N_d)
+        out['gradients_bytes'] = g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d)
     except ZeroDivisionError:
         out['gradients_bytes'] = None
     try:
-        out['optimizer_bytes'] = P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)
+        out['optimizer_bytes'] = (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)
     except ZeroDivisionError:
         out['optimizer_bytes'] = None
     try:
-        out['activations_bytes'] = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1)) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H)
+        out['activations_bytes'] = L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1))/(c*(s_sp*(t - 1) + 1)))
     except ZeroDivisionError:
         out['activations_bytes'] = None
     try:
-        out['total_bytes'] = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1)) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + P_w*g_b*(-z_2 + 1 + z_2/N_d) + P_w*w_b*(-z_3 + 1 + z_3/N_d) + P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)
+        out['total_bytes'] = L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)*((0) if (b == 4) else (1))/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((0) if (b == 4) else (1)) + 1))/(c*(s_sp*(t - 1) + 1))) + g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) + w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) + (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)
     except ZeroDivisionError:
         out['total_bytes'] = None
     try:
@@ -387,13 +391,21 @@ def fit(env):
     except ZeroDivisionError:
         out['mem_bytes'] = None
     try:
-        out['fits'] = ((1) if (((M_gib >= (Fraction(1, 1073741824))*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 6*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (Fraction(1, 1073741824))*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (Fraction(1, 1073741824))*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (Fraction(1, 1073741824))*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))) if (b == 4) else ((M_gib >= (Fraction(1, 1073741824))*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - n_rms)*(1 - r_full) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 16*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (Fraction(1, 1073741824))*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (Fraction(1, 1073741824))*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (Fraction(1, 1073741824))*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))) else (0))
+        out['fits'] = ((1) if (((M_gib >= (Fraction(1, 1073741824))*L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + 3*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full))/(c*(s_sp*(t - 1) + 1))) + (Fraction(1, 1073741824))*g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) + (Fraction(1, 1073741824))*w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) + (Fraction(1, 1073741824))*(P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))) if (b == 4) else ((M_gib >= (Fraction(1, 1073741824))*L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*N**2*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*N**2*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - n_rms)*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 16*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - n_rms)*(1 - r_full))/(c*(s_sp*(t - 1) + 1))) + (Fraction(1, 1073741824))*g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) + (Fraction(1, 1073741824))*w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) + (Fraction(1, 1073741824))*(P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))) else (0))
     except ZeroDivisionError:
         out['fits'] = None
     try:
-        out['n_max'] = ((max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))/(-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1)) - 2*B*L*b*d*n_rms*((0) if (b == 4) else (1)) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1)) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((0) if (b == 4) else (1)) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H)) if (B*H*L*b*e_fused*k_drop*r_full*r_sel - B*H*L*b*e_fused*k_drop*r_full - B*H*L*b*e_fused*k_drop*r_sel + B*H*L*b*e_fused*k_drop + B*H*L*b*e_fused*r_full*r_sel - B*H*L*b*e_fused*r_full - B*H*L*b*e_fused*r_sel + B*H*L*b*e_fused - B*H*L*b*k_drop*r_full*r_sel + B*H*L*b*k_drop*r_full + B*H*L*b*k_drop*r_sel - B*H*L*b*k_drop - B*H*L*b*r_full*r_sel + B*H*L*b*r_full + B*H*L*b*r_sel - B*H*L*b + B*H*L*e_fused*k_drop*r_full*r_sel - B*H*L*e_fused*k_drop*r_full - B*H*L*e_fused*k_drop*r_sel + B*H*L*e_fused*k_drop - B*H*L*k_drop*r_full*r_sel + B*H*L*k_drop*r_full + B*H*L*k_drop*r_sel - B*H*L*k_drop == 0) else ((Fraction(1, 2))*(2*B*F*L*b*g_swiglu*r_full - 2*B*F*L*b*g_swiglu + 2*B*F*L*b*r_full - 2*B*F*L*b - 4*B*H*L*e_fused*r_full*r_sel + 4*B*H*L*e_fused*r_full + 4*B*H*L*e_fused*r_sel - 4*B*H*L*e_fused - 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1)) + 2*B*L*b*d*n_rms*((0) if (b == 4) else (1)) + 5*B*L*b*d*r_full - 6*B*L*b*d + 2*B*L*d*k_drop*r_full - 2*B*L*d*k_drop + 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1)) + 8*B*L*d*n_rms*r_full - 8*B*L*d*n_rms*((0) if (b == 4) else (1)) - 8*B*L*d*n_rms - 8*B*L*n_rms*r_full + 8*B*L*n_rms + 16*B*L*r_full - 16*B*L + 2*B*H_kv*L*b*d*r_full/H - 2*B*H_kv*L*b*d/H + sqrt(max(0, (-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1)) - 2*B*L*b*d*n_rms*((0) if (b == 4) else (1)) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1)) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((0) if (b == 4) else (1)) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H)**2 + 4*(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop)*max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))))/(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop)))
+        out['n_max'] = ((max(0, 1073741824*M_gib - g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) - w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) - (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))/(-2*B*F*L*b*g_swiglu*r_full/(c*t) + 2*B*F*L*b*g_swiglu/(c*t) - 2*B*F*L*b*r_full/(c*t) + 2*B*F*L*b/(c*t) + 4*B*H*L*e_fused*r_full*r_sel/(c*t) - 4*B*H*L*e_fused*r_full/(c*t) - 4*B*H*L*e_fused*r_sel/(c*t) + 4*B*H*L*e_fused/(c*t) + 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*n_rms*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 3*B*L*b*d*r_full/(c*s_sp*t - c*s_sp + c) + 4*B*L*b*d/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*r_full/(c*t) + 2*B*L*b*d/(c*t) - 2*B*L*d*k_drop*r_full/(c*s_sp*t - c*s_sp + c) + 2*B*L*d*k_drop/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms/(c*s_sp*t - c*s_sp + c) + 8*B*L*n_rms*r_full/(c*s_sp*t - c*s_sp + c) - 8*B*L*n_rms/(c*s_sp*t - c*s_sp + c) - 16*B*L*r_full/(c*s_sp*t - c*s_sp + c) + 16*B*L/(c*s_sp*t - c*s_sp + c) - 2*B*H_kv*L*b*d*r_full/(H*c*t) + 2*B*H_kv*L*b*d/(H*c*t))) if (B*H*L*b*e_fused*k_drop*r_full*r_sel/(c*t) - B*H*L*b*e_fused*k_drop*r_full/(c*t) - B*H*L*b*e_fused*k_drop*r_sel/(c*t) + B*H*L*b*e_fused*k_drop/(c*t) + B*H*L*b*e_fused*r_full*r_sel/(c*t) - B*H*L*b*e_fused*r_full/(c*t) - B*H*L*b*e_fused*r_sel/(c*t) + B*H*L*b*e_fused/(c*t) - B*H*L*b*k_drop*r_full*r_sel/(c*t) + B*H*L*b*k_drop*r_full/(c*t) + B*H*L*b*k_drop*r_sel/(c*t) - B*H*L*b*k_drop/(c*t) - B*H*L*b*r_full*r_sel/(c*t) + B*H*L*b*r_full/(c*t) + B*H*L*b*r_sel/(c*t) - B*H*L*b/(c*t) + B*H*L*e_fused*k_drop*r_full*r_sel/(c*t) - B*H*L*e_fused*k_drop*r_full/(c*t) - B*H*L*e_fused*k_drop*r_sel/(c*t) + B*H*L*e_fused*k_drop/(c*t) - B*H*L*k_drop*r_full*r_sel/(c*t) + B*H*L*k_drop*r_full/(c*t) + B*H*L*k_drop*r_sel/(c*t) - B*H*L*k_drop/(c*t) == 0) else ((Fraction(1, 2))*(2*B*F*L*b*g_swiglu*r_full/(c*t) - 2*B*F*L*b*g_swiglu/(c*t) + 2*B*F*L*b*r_full/(c*t) - 2*B*F*L*b/(c*t) - 4*B*H*L*e_fused*r_full*r_sel/(c*t) + 4*B*H*L*e_fused*r_full/(c*t) + 4*B*H*L*e_fused*r_sel/(c*t) - 4*B*H*L*e_fused/(c*t) - 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) + 2*B*L*b*d*n_rms*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) + 3*B*L*b*d*r_full/(c*s_sp*t - c*s_sp + c) - 4*B*L*b*d/(c*s_sp*t - c*s_sp + c) + 2*B*L*b*d*r_full/(c*t) - 2*B*L*b*d/(c*t) + 2*B*L*d*k_drop*r_full/(c*s_sp*t - c*s_sp + c) - 2*B*L*d*k_drop/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*r_full/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms/(c*s_sp*t - c*s_sp + c) - 8*B*L*n_rms*r_full/(c*s_sp*t - c*s_sp + c) + 8*B*L*n_rms/(c*s_sp*t - c*s_sp + c) + 16*B*L*r_full/(c*s_sp*t - c*s_sp + c) - 16*B*L/(c*s_sp*t - c*s_sp + c) + 2*B*H_kv*L*b*d*r_full/(H*c*t) - 2*B*H_kv*L*b*d/(H*c*t) + sqrt(max(0, 4*(-B*H*L*b*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*b*e_fused*k_drop*r_full/(c*t) + B*H*L*b*e_fused*k_drop*r_sel/(c*t) - B*H*L*b*e_fused*k_drop/(c*t) - B*H*L*b*e_fused*r_full*r_sel/(c*t) + B*H*L*b*e_fused*r_full/(c*t) + B*H*L*b*e_fused*r_sel/(c*t) - B*H*L*b*e_fused/(c*t) + B*H*L*b*k_drop*r_full*r_sel/(c*t) - B*H*L*b*k_drop*r_full/(c*t) - B*H*L*b*k_drop*r_sel/(c*t) + B*H*L*b*k_drop/(c*t) + B*H*L*b*r_full*r_sel/(c*t) - B*H*L*b*r_full/(c*t) - B*H*L*b*r_sel/(c*t) + B*H*L*b/(c*t) - B*H*L*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*e_fused*k_drop*r_full/(c*t) + B*H*L*e_fused*k_drop*r_sel/(c*t) - B*H*L*e_fused*k_drop/(c*t) + B*H*L*k_drop*r_full*r_sel/(c*t) - B*H*L*k_drop*r_full/(c*t) - B*H*L*k_drop*r_sel/(c*t) + B*H*L*k_drop/(c*t))*max(0, 1073741824*M_gib - g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) - w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) - (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)) + (-2*B*F*L*b*g_swiglu*r_full/(c*t) + 2*B*F*L*b*g_swiglu/(c*t) - 2*B*F*L*b*r_full/(c*t) + 2*B*F*L*b/(c*t) + 4*B*H*L*e_fused*r_full*r_sel/(c*t) - 4*B*H*L*e_fused*r_full/(c*t) - 4*B*H*L*e_fused*r_sel/(c*t) + 4*B*H*L*e_fused/(c*t) + 2*B*L*b*d*n_rms*r_full*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*n_rms*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 3*B*L*b*d*r_full/(c*s_sp*t - c*s_sp + c) + 4*B*L*b*d/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*r_full/(c*t) + 2*B*L*b*d/(c*t) - 2*B*L*d*k_drop*r_full/(c*s_sp*t - c*s_sp + c) + 2*B*L*d*k_drop/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*((0) if (b == 4) else (1))/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms/(c*s_sp*t - c*s_sp + c) + 8*B*L*n_rms*r_full/(c*s_sp*t - c*s_sp + c) - 8*B*L*n_rms/(c*s_sp*t - c*s_sp + c) - 16*B*L*r_full/(c*s_sp*t - c*s_sp + c) + 16*B*L/(c*s_sp*t - c*s_sp + c) - 2*B*H_kv*L*b*d*r_full/(H*c*t) + 2*B*H_kv*L*b*d/(H*c*t))**2)))/(-B*H*L*b*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*b*e_fused*k_drop*r_full/(c*t) + B*H*L*b*e_fused*k_drop*r_sel/(c*t) - B*H*L*b*e_fused*k_drop/(c*t) - B*H*L*b*e_fused*r_full*r_sel/(c*t) + B*H*L*b*e_fused*r_full/(c*t) + B*H*L*b*e_fused*r_sel/(c*t) - B*H*L*b*e_fused/(c*t) + B*H*L*b*k_drop*r_full*r_sel/(c*t) - B*H*L*b*k_drop*r_full/(c*t) - B*H*L*b*k_drop*r_sel/(c*t) + B*H*L*b*k_drop/(c*t) + B*H*L*b*r_full*r_sel/(c*t) - B*H*L*b*r_full/(c*t) - B*H*L*b*r_sel/(c*t) + B*H*L*b/(c*t) - B*H*L*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*e_fused*k_drop*r_full/(c*t) + B*H*L*e_fused*k_drop*r_sel/(c*t) - B*H*L*e_fused*k_drop/(c*t) + B*H*L*k_drop*r_full*r_sel/(c*t) - B*H*L*k_drop*r_full/(c*t) - B*H*L*k_drop*r_sel/(c*t) + B*H*L*k_drop/(c*t))))
     except ZeroDivisionError:
         out['n_max'] = None
+    try:
+        out['params_per_rank'] = P_rep + (-P_rep + P_w)/t
+    except ZeroDivisionError:
+        out['params_per_rank'] = None
+    try:
+        out['devices'] = N_d*c*t
+    except ZeroDivisionError:
+        out['devices'] = None
     return out
 
 

@@ -47,6 +47,11 @@ SYMBOLS: dict[str, str] = {
     "z_2": "1 if ZeRO shards the gradients (switch: zero; stage >= 2)",
     "z_3": "1 if ZeRO shards the weights (switch: zero; stage 3)",
     "M_gib": "accelerator memory, GiB (2^30 bytes)",
+    # several devices (the chapter "beyond one device")
+    "t": "tensor-parallel degree: ranks that split each layer's heads and FFN columns",
+    "s_sp": "1 with sequence parallelism: the norms' and residual activations split along N over t",
+    "c": "context-parallel degree: ranks that split the sequence (ring attention)",
+    "P_rep": "parameters every tensor-parallel rank holds whole (norms, row-parallel biases, positions)",
 }
 
 #: menu -> option -> symbol values (the page and Python use the same table)
@@ -66,17 +71,27 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     "precision": {"fp32": {"w_b": 4, "g_b": 4, "o_master": 0, "b": 4},
                   "bf16_mixed": {"w_b": 2, "g_b": 2, "o_master": 4, "b": 2}},
     "optimizer": {"adamw": {"n_opt": 2}, "sgd_momentum": {"n_opt": 1}, "sgd": {"n_opt": 0}},
+    "sequence_parallel": {"true": {"s_sp": 1}, "false": {"s_sp": 0}},
     "zero": {"0": {"z_1": 0, "z_2": 0, "z_3": 0}, "1": {"z_1": 1, "z_2": 0, "z_3": 0},
              "2": {"z_1": 1, "z_2": 1, "z_3": 0}, "3": {"z_1": 1, "z_2": 1, "z_3": 1}},
 }
+
+#: items of a block's ledger (attn_core.ledger.block_ledger) that tensor parallelism splits over its
+#: t ranks: they belong to the rank's H/t heads (and H_kv/t key/value heads) or F/t FFN columns;
+#: the rest (norms, the residual stream and its dropout masks) is split only by sequence parallelism
+TP_SPLIT_ITEMS: frozenset[str] = frozenset({
+    "Q", "K", "V", "P", "attn_dropout.mask", "P_drop", "attn.lse", "ctx",
+    "ffn.gate", "ffn.silu", "ffn.up", "ffn.act",
+})
 
 #: the "does it fit" widget: which symbol each trait sets (attn_core.widgets.fit); the dropout
 #: masks are bool (1 byte), as on a CUDA accelerator
 FIT_RECIPE: dict = {
     "inputs": {"B": "B", "N": "N", "P_w": "params", "L": "L", "d": "d", "H": "H", "H_kv": "H_kv",
-               "F": "F", "N_d": "dp_ranks", "M_gib": "mem_gib"},
+               "F": "F", "N_d": "dp_ranks", "M_gib": "mem_gib", "t": "tp", "c": "cp",
+               "P_rep": "params_replicated"},
     "switches": {"precision": "precision", "optimizer": "optimizer", "zero": "zero_stage",
                  "recompute": "recompute", "attention": "attention", "dropout": "dropout",
-                 "norm": "norm", "ffn_kind": "ffn"},
+                 "norm": "norm", "ffn_kind": "ffn", "sequence_parallel": "sequence_parallel"},
     "constants": {},
 }

@@ -43,6 +43,8 @@ __all__ = [
     "linear_state_bytes",
     "block_items",
     "training_state",
+    "per_rank_items",
+    "per_rank_params",
     "fit_values",
     "crossover",
     "widget_values",
@@ -69,6 +71,10 @@ n_rms, g_swiglu, e_fused, r_sel, r_full = sp.symbols("n_rms g_swiglu e_fused r_s
 z_1, z_2, z_3, o_master, n_opt = sp.symbols("z_1 z_2 z_3 o_master n_opt", **_nonneg)
 P_w, N_d = sp.symbols("P_w N_d", **_pos)
 w_b, g_b, M_gib = sp.symbols("w_b g_b M_gib", positive=True)
+# several devices: tensor- (t) and context-parallel (c) degrees, sequence parallelism (s_sp)
+t, c = sp.symbols("t c", **_pos)
+s_sp = sp.Symbol("s_sp", **_nonneg)
+P_rep = sp.Symbol("P_rep", nonnegative=True, integer=True)
 
 SYMBOLS, SWITCHES = _tables.SYMBOLS, _tables.SWITCHES
 
@@ -213,14 +219,38 @@ def training_state() -> dict[str, sp.Expr]:
             "optimizer": P_w * (o_master + 4 * n_opt) * share[z_1]}
 
 
-def fit_values() -> dict[str, sp.Expr]:
-    """The "does it fit" widget: L blocks of activations plus the training state, against M_gib GiB.
+def per_rank_items() -> dict[str, sp.Expr]:
+    """:func:`block_items` on one rank of t-way tensor and c-way context parallelism (bytes).
 
-    ``n_max``: the longest N whose total fits (0 when the state alone does not), the positive
-    root of L (a_2 N^2 + a_1 N) + state = M, solved by SymPy.
+    Items of :data:`attn_core._tables.TP_SPLIT_ITEMS` (a rank's H/t heads, F/t FFN columns) are
+    divided by t; the rest by t only with sequence parallelism (``s_sp = 1``); every item by c
+    (a rank keeps its N/c tokens: N/c rows of each N x N item). As
+    :func:`attn_core.parallel.per_rank_activations`.
     """
-    items = {k: e.subs(u_mask, 1) for k, e in block_items().items()}  # 1-byte masks, as on CUDA
-    state = training_state()
+    out = {}
+    for name, e in block_items().items():
+        tp = t if name in _tables.TP_SPLIT_ITEMS else 1 + s_sp * (t - 1)
+        out[name] = e / (tp * c)
+    return out
+
+
+def per_rank_params() -> sp.Expr:
+    """Parameters one tensor-parallel rank holds: each matrix (embeddings included) split t ways,
+    as Megatron-LM splits them, and P_rep (norms, row-parallel biases, positions) whole."""
+    return (P_w - P_rep) / t + P_rep
+
+
+def fit_values() -> dict[str, sp.Expr]:
+    """The "does it fit" widget: one rank's L blocks of activations and training state, against M_gib GiB.
+
+    The rank is one of N_d (data) x t (tensor) x c (context) parallel ranks: activations as
+    :func:`per_rank_items`, weights, gradients and optimizer state of :func:`per_rank_params`
+    parameters, sharded over the N_d data-parallel ranks by ZeRO. ``n_max``: the longest N whose
+    total fits (0 when the state alone does not), the positive root of
+    L (a_2 N^2 + a_1 N) + state = M, solved by SymPy.
+    """
+    items = {k: e.subs(u_mask, 1) for k, e in per_rank_items().items()}  # 1-byte masks, as on CUDA
+    state = {k: e.subs(P_w, per_rank_params()) for k, e in training_state().items()}
     layer = sum(items.values())
     act = L * layer
     st = sum(state.values())
@@ -248,6 +278,8 @@ def fit_values() -> dict[str, sp.Expr]:
         "mem_bytes": mem,
         "fits": sp.Piecewise((1, total <= mem), (0, True)),
         "n_max": n_max,
+        "params_per_rank": per_rank_params(),
+        "devices": N_d * t * c,
     })
     return out
 

@@ -197,6 +197,23 @@ class ModelConfig:
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return embed + layers + norm + head
 
+    def tp_replicated_params(self) -> int:
+        """Parameters every tensor-parallel rank holds whole, as Megatron-LM splits a model.
+
+        The norms (two per layer and the final one), the biases of the row-parallel matrices
+        (the output projection's and the FFN's second matrix's, added after the all-reduce) and
+        learned position embeddings. Everything else (token embeddings and output head split by
+        vocabulary rows, Q, K, V and the FFN's first matrices by columns with their biases, the
+        output projection and the FFN's second matrix by rows) is split over the t ranks. Not
+        defined for a mixture of experts, whose experts are split by expert parallelism instead.
+        """
+        if self.num_experts:
+            raise ValueError(f"{self.name}: a mixture of experts is not split by tensor parallelism alone")
+        d = self.d_model
+        norm = {"rmsnorm": d, "layernorm": 2 * d}[self.norm]
+        row_biases = 2 * d if self.bias else 0
+        return self.num_layers * (2 * norm + row_biases) + norm + self.positions * d
+
     def with_(self, **changes) -> ModelConfig:
         """A copy with some fields changed, e.g. ``with_(num_kv_heads=64)``."""
         return replace(self, **changes)

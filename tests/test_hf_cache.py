@@ -90,3 +90,35 @@ def test_mla_cache_is_latent_or_decompressed():
     shapes = {tuple(t.shape) for t in (cache.layers[0].keys, cache.layers[0].values)}
     if got["visible"] == latent:  # transformers >= 5 caches the compressed latent and the RoPE key
         assert shapes == {(1, 1, 23, m.kv_lora_rank), (1, 1, 23, m.rope_dim)}
+
+
+def _full_size_on_meta(name):
+    """The preset at full size (its real width, layers, FFN and vocabulary) on the meta device."""
+    m = MODELS[name]
+    if name == "GPT-2 small":
+        config = transformers.GPT2Config()  # the defaults are GPT-2 small
+    else:
+        config = transformers.LlamaConfig(
+            vocab_size=m.vocab_size, hidden_size=m.d_model, num_hidden_layers=m.num_layers,
+            intermediate_size=m.ffn_dim, num_attention_heads=m.num_heads, num_key_value_heads=m.num_kv_heads,
+            head_dim=m.d_head, tie_word_embeddings=m.tie_embeddings)
+    with torch.device("meta"):
+        return transformers.AutoModelForCausalLM.from_config(config)
+
+
+@pytest.mark.parametrize("name", ["GPT-2 small", "Llama 3 8B"])
+def test_tp_replicated_params_counted_on_the_real_model(name):
+    """Parameters a tensor-parallel rank keeps whole: the norms' weights and biases, the row-parallel
+    biases (GPT-2's two c_proj biases per layer) and learned positions, counted on the full-size
+    transformers model (meta device), against ModelConfig.tp_replicated_params and num_params."""
+    model = _full_size_on_meta(name)
+    replicated = 0
+    for mod_name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.LayerNorm) or type(mod).__name__.endswith("RMSNorm"):
+            replicated += sum(p.numel() for p in mod.parameters(recurse=False))
+        elif mod_name.endswith("c_proj"):  # GPT-2's row-parallel matrices: W_o and W_2
+            replicated += mod.bias.numel()
+        elif mod_name.endswith("wpe"):
+            replicated += mod.weight.numel()
+    assert replicated == MODELS[name].tp_replicated_params()
+    assert sum(p.numel() for p in model.parameters()) == MODELS[name].num_params()

@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from attn_core import formulas
 from attn_core import parallel as par
 from attn_core.attention import causal_mask, scaled_dot_product_attention
 from attn_core.measure import saved_tensor_bytes
@@ -127,9 +128,14 @@ def test_tensor_parallel_saved_and_sent_equal_the_ledger(results, name):
     weights = par.evaluate(par.tp_weight_exprs(), dict(d=spec["d"], F=spec["F"], b=8, t=ranks))
     sent = par.comm_bytes("TP+SP" if sp else "TP", B=spec["B"], N=spec["N"], degree=ranks,
                           d_model=spec["d"], bytes_per_value=8)
+    # the "does it fit" widget's parameters per rank (formulas.per_rank_params): the block's
+    # 4 d^2 + 2 d F matrix entries split, its two LayerNorms (4 d) whole
+    d, F = spec["d"], spec["F"]
+    per_rank = formulas.per_rank_params().subs({formulas.P_w: 4 * d * d + 2 * d * F + 4 * d,
+                                                formulas.P_rep: 4 * d, formulas.t: ranks})
     for r in results[name]:
         assert r["saved_activations"] == sum(items.values())
-        assert r["weights"] == sum(weights.values())
+        assert r["weights"] == sum(weights.values()) == 8 * per_rank
         assert {**r["sent_fwd"], **r["sent_bwd"]} == sent
 
 

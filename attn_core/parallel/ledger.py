@@ -8,7 +8,7 @@ sequence parallelism) and c (context parallelism). SymPy is imported inside the 
 
 from __future__ import annotations
 
-from .. import _checks
+from .. import _checks, _tables
 
 
 def _sym():
@@ -16,8 +16,7 @@ def _sym():
 
     from .. import formulas
 
-    t, c = sp.symbols("t c", positive=True, integer=True)
-    return sp, formulas, t, c
+    return sp, formulas, formulas.t, formulas.c
 
 
 def tp_ledger_exprs(sequence_parallel: bool = False) -> dict:
@@ -220,12 +219,8 @@ def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None 
     return evaluate(comm_exprs(scheme), env)
 
 
-#: items of :func:`attn_core.ledger.block_ledger` that tensor parallelism splits over its t ranks:
-#: they belong to the rank's H/t heads (and H_kv/t key/value heads) or F/t FFN columns
-TP_SPLIT_ITEMS: frozenset[str] = frozenset({
-    "Q", "K", "V", "P", "attn_dropout.mask", "P_drop", "attn.lse", "ctx",
-    "ffn.gate", "ffn.silu", "ffn.up", "ffn.act",
-})
+#: items of :func:`attn_core.ledger.block_ledger` that tensor parallelism splits over its t ranks
+TP_SPLIT_ITEMS = _tables.TP_SPLIT_ITEMS
 
 
 def per_rank_activations(items: dict, *, t: int = 1, sequence_parallel: bool = False, c: int = 1) -> dict:

@@ -121,75 +121,79 @@ function explorerValues(env) {
   return out;
 }
 function fitValues(env) {
-  const { B, F, H, H_kv, L, M_gib, N, N_d, P_w, b, d, e_fused, g_b, g_swiglu, k_drop, n_opt, n_rms, o_master, r_full, r_sel, w_b, z_1, z_2, z_3 } = env;
+  const { B, F, H, H_kv, L, M_gib, N, N_d, P_rep, P_w, b, c, d, e_fused, g_b, g_swiglu, k_drop, n_opt, n_rms, o_master, r_full, r_sel, s_sp, t, w_b, z_1, z_2, z_3 } = env;
   const out = {};
   let v;
-  v = B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1);
+  v = (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1))/(c*(s_sp*(t - 1) + 1));
   out['item.X'] = Number.isFinite(v) ? v : null;
-  v = 4*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ));
+  v = 4*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ))/(c*(s_sp*(t - 1) + 1));
   out['item.norm1.fp32_input'] = Number.isFinite(v) ? v : null;
-  v = 4*B*N*(1 - r_full)*(2 - n_rms);
+  v = 4*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1));
   out['item.norm1.stats'] = Number.isFinite(v) ? v : null;
-  v = 4*B*N*d*n_rms*(1 - r_full);
+  v = 4*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1));
   out['item.norm1.normalized'] = Number.isFinite(v) ? v : null;
-  v = B*N*b*d*(1 - r_full);
+  v = B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1));
   out['item.norm1.out'] = Number.isFinite(v) ? v : null;
-  v = B*N*b*d*(1 - r_full);
+  v = B*N*b*d*(1 - r_full)/(c*t);
   out['item.Q'] = Number.isFinite(v) ? v : null;
-  v = B*H_kv*N*b*d*(1 - r_full)/H;
+  v = B*H_kv*N*b*d*(1 - r_full)/(H*c*t);
   out['item.K'] = Number.isFinite(v) ? v : null;
-  v = B*H_kv*N*b*d*(1 - r_full)/H;
+  v = B*H_kv*N*b*d*(1 - r_full)/(H*c*t);
   out['item.V'] = Number.isFinite(v) ? v : null;
-  v = B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel);
+  v = B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t);
   out['item.P'] = Number.isFinite(v) ? v : null;
-  v = B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel);
+  v = B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t);
   out['item.attn_dropout.mask'] = Number.isFinite(v) ? v : null;
-  v = B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel);
+  v = B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t);
   out['item.P_drop'] = Number.isFinite(v) ? v : null;
-  v = 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel);
+  v = 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t);
   out['item.attn.lse'] = Number.isFinite(v) ? v : null;
-  v = B*N*b*d*(1 - r_full);
+  v = B*N*b*d*(1 - r_full)/(c*t);
   out['item.ctx'] = Number.isFinite(v) ? v : null;
-  v = B*N*d*k_drop*(1 - r_full);
+  v = B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1));
   out['item.attn_resid.mask'] = Number.isFinite(v) ? v : null;
-  v = B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1);
+  v = B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1)/(c*(s_sp*(t - 1) + 1));
   out['item.h'] = Number.isFinite(v) ? v : null;
-  v = 4*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ));
+  v = 4*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ))/(c*(s_sp*(t - 1) + 1));
   out['item.norm2.fp32_input'] = Number.isFinite(v) ? v : null;
-  v = 4*B*N*(1 - r_full)*(2 - n_rms);
+  v = 4*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1));
   out['item.norm2.stats'] = Number.isFinite(v) ? v : null;
-  v = 4*B*N*d*n_rms*(1 - r_full);
+  v = 4*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1));
   out['item.norm2.normalized'] = Number.isFinite(v) ? v : null;
-  v = B*N*b*d*(1 - r_full);
+  v = B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1));
   out['item.norm2.out'] = Number.isFinite(v) ? v : null;
-  v = B*F*N*b*g_swiglu*(1 - r_full);
+  v = B*F*N*b*g_swiglu*(1 - r_full)/(c*t);
   out['item.ffn.gate'] = Number.isFinite(v) ? v : null;
-  v = B*F*N*b*g_swiglu*(1 - r_full);
+  v = B*F*N*b*g_swiglu*(1 - r_full)/(c*t);
   out['item.ffn.silu'] = Number.isFinite(v) ? v : null;
-  v = B*F*N*b*(1 - r_full);
+  v = B*F*N*b*(1 - r_full)/(c*t);
   out['item.ffn.up'] = Number.isFinite(v) ? v : null;
-  v = B*F*N*b*(1 - r_full);
+  v = B*F*N*b*(1 - r_full)/(c*t);
   out['item.ffn.act'] = Number.isFinite(v) ? v : null;
-  v = B*N*d*k_drop*(1 - r_full);
+  v = B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1));
   out['item.ffn_resid.mask'] = Number.isFinite(v) ? v : null;
-  v = 2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H;
+  v = 2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ))/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1))/(c*(s_sp*(t - 1) + 1));
   out['layer_bytes'] = Number.isFinite(v) ? v : null;
-  v = P_w*w_b*(-z_3 + 1 + z_3/N_d);
+  v = w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d);
   out['weights_bytes'] = Number.isFinite(v) ? v : null;
-  v = P_w*g_b*(-z_2 + 1 + z_2/N_d);
+  v = g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d);
   out['gradients_bytes'] = Number.isFinite(v) ? v : null;
-  v = P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d);
+  v = (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d);
   out['optimizer_bytes'] = Number.isFinite(v) ? v : null;
-  v = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H);
+  v = L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ))/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1))/(c*(s_sp*(t - 1) + 1)));
   out['activations_bytes'] = Number.isFinite(v) ? v : null;
-  v = L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + P_w*g_b*(-z_2 + 1 + z_2/N_d) + P_w*w_b*(-z_3 + 1 + z_3/N_d) + P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d);
+  v = L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)*((b == 4) ? ( 0 ) : ( 1 ))/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full)*(-n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 1))/(c*(s_sp*(t - 1) + 1))) + g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) + w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) + (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d);
   out['total_bytes'] = Number.isFinite(v) ? v : null;
   v = 1073741824*M_gib;
   out['mem_bytes'] = Number.isFinite(v) ? v : null;
-  v = (((b == 4 || M_gib >= (1/1073741824)*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 2*B*N*b*d*(1 - n_rms)*(1 - r_full) + 4*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 16*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (1/1073741824)*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (1/1073741824)*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (1/1073741824)*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)) && (M_gib >= (1/1073741824)*L*(2*B*F*N*b*g_swiglu*(1 - r_full) + 2*B*F*N*b*(1 - r_full) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel) + B*N*b*d*r_full + 6*B*N*b*d*(1 - r_full) + 2*B*N*d*k_drop*(1 - r_full) + 8*B*N*d*n_rms*(1 - r_full) + 8*B*N*(1 - r_full)*(2 - n_rms) + 2*B*H_kv*N*b*d*(1 - r_full)/H) + (1/1073741824)*P_w*g_b*(-z_2 + 1 + z_2/N_d) + (1/1073741824)*P_w*w_b*(-z_3 + 1 + z_3/N_d) + (1/1073741824)*P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d) || b != 4)) ? ( 1 ) : ( 0 ));
+  v = (((b == 4 || M_gib >= (1/1073741824)*L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + B*N*b*d*(1 - n_rms)*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 16*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - n_rms)*(1 - r_full))/(c*(s_sp*(t - 1) + 1))) + (1/1073741824)*g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) + (1/1073741824)*w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) + (1/1073741824)*(P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)) && (M_gib >= (1/1073741824)*L*(2*B*F*N*b*g_swiglu*(1 - r_full)/(c*t) + 2*B*F*N*b*(1 - r_full)/(c*t) + B*H*Math.pow(N, 2)*b*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*b*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + B*H*Math.pow(N, 2)*k_drop*(1 - e_fused)*(1 - r_full)*(1 - r_sel)/(c*t) + 4*B*H*N*e_fused*(1 - r_full)*(1 - r_sel)/(c*t) + 3*B*N*b*d*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 2*B*N*b*d*(1 - r_full)/(c*t) + 2*B*N*d*k_drop*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*d*n_rms*(1 - r_full)/(c*(s_sp*(t - 1) + 1)) + 8*B*N*(1 - r_full)*(2 - n_rms)/(c*(s_sp*(t - 1) + 1)) + 2*B*H_kv*N*b*d*(1 - r_full)/(H*c*t) + (B*N*b*d*r_full + B*N*b*d*(1 - r_full))/(c*(s_sp*(t - 1) + 1))) + (1/1073741824)*g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) + (1/1073741824)*w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) + (1/1073741824)*(P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d) || b != 4)) ? ( 1 ) : ( 0 ));
   out['fits'] = Number.isFinite(v) ? v : null;
-  v = ((B*H*L*b*e_fused*k_drop*r_full*r_sel - B*H*L*b*e_fused*k_drop*r_full - B*H*L*b*e_fused*k_drop*r_sel + B*H*L*b*e_fused*k_drop + B*H*L*b*e_fused*r_full*r_sel - B*H*L*b*e_fused*r_full - B*H*L*b*e_fused*r_sel + B*H*L*b*e_fused - B*H*L*b*k_drop*r_full*r_sel + B*H*L*b*k_drop*r_full + B*H*L*b*k_drop*r_sel - B*H*L*b*k_drop - B*H*L*b*r_full*r_sel + B*H*L*b*r_full + B*H*L*b*r_sel - B*H*L*b + B*H*L*e_fused*k_drop*r_full*r_sel - B*H*L*e_fused*k_drop*r_full - B*H*L*e_fused*k_drop*r_sel + B*H*L*e_fused*k_drop - B*H*L*k_drop*r_full*r_sel + B*H*L*k_drop*r_full + B*H*L*k_drop*r_sel - B*H*L*k_drop == 0) ? ( Math.max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))/(-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H) ) : ( (1/2)*(2*B*F*L*b*g_swiglu*r_full - 2*B*F*L*b*g_swiglu + 2*B*F*L*b*r_full - 2*B*F*L*b - 4*B*H*L*e_fused*r_full*r_sel + 4*B*H*L*e_fused*r_full + 4*B*H*L*e_fused*r_sel - 4*B*H*L*e_fused - 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) + 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 5*B*L*b*d*r_full - 6*B*L*b*d + 2*B*L*d*k_drop*r_full - 2*B*L*d*k_drop + 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*L*d*n_rms*r_full - 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) - 8*B*L*d*n_rms - 8*B*L*n_rms*r_full + 8*B*L*n_rms + 16*B*L*r_full - 16*B*L + 2*B*H_kv*L*b*d*r_full/H - 2*B*H_kv*L*b*d/H + Math.sqrt(Math.max(0, Math.pow(-2*B*F*L*b*g_swiglu*r_full + 2*B*F*L*b*g_swiglu - 2*B*F*L*b*r_full + 2*B*F*L*b + 4*B*H*L*e_fused*r_full*r_sel - 4*B*H*L*e_fused*r_full - 4*B*H*L*e_fused*r_sel + 4*B*H*L*e_fused + 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) - 5*B*L*b*d*r_full + 6*B*L*b*d - 2*B*L*d*k_drop*r_full + 2*B*L*d*k_drop - 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 )) - 8*B*L*d*n_rms*r_full + 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 )) + 8*B*L*d*n_rms + 8*B*L*n_rms*r_full - 8*B*L*n_rms - 16*B*L*r_full + 16*B*L - 2*B*H_kv*L*b*d*r_full/H + 2*B*H_kv*L*b*d/H, 2) + 4*(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop)*Math.max(0, 1073741824*M_gib - P_w*g_b*(-z_2 + 1 + z_2/N_d) - P_w*w_b*(-z_3 + 1 + z_3/N_d) - P_w*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)))))/(-B*H*L*b*e_fused*k_drop*r_full*r_sel + B*H*L*b*e_fused*k_drop*r_full + B*H*L*b*e_fused*k_drop*r_sel - B*H*L*b*e_fused*k_drop - B*H*L*b*e_fused*r_full*r_sel + B*H*L*b*e_fused*r_full + B*H*L*b*e_fused*r_sel - B*H*L*b*e_fused + B*H*L*b*k_drop*r_full*r_sel - B*H*L*b*k_drop*r_full - B*H*L*b*k_drop*r_sel + B*H*L*b*k_drop + B*H*L*b*r_full*r_sel - B*H*L*b*r_full - B*H*L*b*r_sel + B*H*L*b - B*H*L*e_fused*k_drop*r_full*r_sel + B*H*L*e_fused*k_drop*r_full + B*H*L*e_fused*k_drop*r_sel - B*H*L*e_fused*k_drop + B*H*L*k_drop*r_full*r_sel - B*H*L*k_drop*r_full - B*H*L*k_drop*r_sel + B*H*L*k_drop) ));
+  v = ((B*H*L*b*e_fused*k_drop*r_full*r_sel/(c*t) - B*H*L*b*e_fused*k_drop*r_full/(c*t) - B*H*L*b*e_fused*k_drop*r_sel/(c*t) + B*H*L*b*e_fused*k_drop/(c*t) + B*H*L*b*e_fused*r_full*r_sel/(c*t) - B*H*L*b*e_fused*r_full/(c*t) - B*H*L*b*e_fused*r_sel/(c*t) + B*H*L*b*e_fused/(c*t) - B*H*L*b*k_drop*r_full*r_sel/(c*t) + B*H*L*b*k_drop*r_full/(c*t) + B*H*L*b*k_drop*r_sel/(c*t) - B*H*L*b*k_drop/(c*t) - B*H*L*b*r_full*r_sel/(c*t) + B*H*L*b*r_full/(c*t) + B*H*L*b*r_sel/(c*t) - B*H*L*b/(c*t) + B*H*L*e_fused*k_drop*r_full*r_sel/(c*t) - B*H*L*e_fused*k_drop*r_full/(c*t) - B*H*L*e_fused*k_drop*r_sel/(c*t) + B*H*L*e_fused*k_drop/(c*t) - B*H*L*k_drop*r_full*r_sel/(c*t) + B*H*L*k_drop*r_full/(c*t) + B*H*L*k_drop*r_sel/(c*t) - B*H*L*k_drop/(c*t) == 0) ? ( Math.max(0, 1073741824*M_gib - g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) - w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) - (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d))/(-2*B*F*L*b*g_swiglu*r_full/(c*t) + 2*B*F*L*b*g_swiglu/(c*t) - 2*B*F*L*b*r_full/(c*t) + 2*B*F*L*b/(c*t) + 4*B*H*L*e_fused*r_full*r_sel/(c*t) - 4*B*H*L*e_fused*r_full/(c*t) - 4*B*H*L*e_fused*r_sel/(c*t) + 4*B*H*L*e_fused/(c*t) + 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 3*B*L*b*d*r_full/(c*s_sp*t - c*s_sp + c) + 4*B*L*b*d/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*r_full/(c*t) + 2*B*L*b*d/(c*t) - 2*B*L*d*k_drop*r_full/(c*s_sp*t - c*s_sp + c) + 2*B*L*d*k_drop/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms/(c*s_sp*t - c*s_sp + c) + 8*B*L*n_rms*r_full/(c*s_sp*t - c*s_sp + c) - 8*B*L*n_rms/(c*s_sp*t - c*s_sp + c) - 16*B*L*r_full/(c*s_sp*t - c*s_sp + c) + 16*B*L/(c*s_sp*t - c*s_sp + c) - 2*B*H_kv*L*b*d*r_full/(H*c*t) + 2*B*H_kv*L*b*d/(H*c*t)) ) : ( (1/2)*(2*B*F*L*b*g_swiglu*r_full/(c*t) - 2*B*F*L*b*g_swiglu/(c*t) + 2*B*F*L*b*r_full/(c*t) - 2*B*F*L*b/(c*t) - 4*B*H*L*e_fused*r_full*r_sel/(c*t) + 4*B*H*L*e_fused*r_full/(c*t) + 4*B*H*L*e_fused*r_sel/(c*t) - 4*B*H*L*e_fused/(c*t) - 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) + 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) + 3*B*L*b*d*r_full/(c*s_sp*t - c*s_sp + c) - 4*B*L*b*d/(c*s_sp*t - c*s_sp + c) + 2*B*L*b*d*r_full/(c*t) - 2*B*L*b*d/(c*t) + 2*B*L*d*k_drop*r_full/(c*s_sp*t - c*s_sp + c) - 2*B*L*d*k_drop/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*r_full/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms/(c*s_sp*t - c*s_sp + c) - 8*B*L*n_rms*r_full/(c*s_sp*t - c*s_sp + c) + 8*B*L*n_rms/(c*s_sp*t - c*s_sp + c) + 16*B*L*r_full/(c*s_sp*t - c*s_sp + c) - 16*B*L/(c*s_sp*t - c*s_sp + c) + 2*B*H_kv*L*b*d*r_full/(H*c*t) - 2*B*H_kv*L*b*d/(H*c*t) + Math.sqrt(Math.max(0, 4*(-B*H*L*b*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*b*e_fused*k_drop*r_full/(c*t) + B*H*L*b*e_fused*k_drop*r_sel/(c*t) - B*H*L*b*e_fused*k_drop/(c*t) - B*H*L*b*e_fused*r_full*r_sel/(c*t) + B*H*L*b*e_fused*r_full/(c*t) + B*H*L*b*e_fused*r_sel/(c*t) - B*H*L*b*e_fused/(c*t) + B*H*L*b*k_drop*r_full*r_sel/(c*t) - B*H*L*b*k_drop*r_full/(c*t) - B*H*L*b*k_drop*r_sel/(c*t) + B*H*L*b*k_drop/(c*t) + B*H*L*b*r_full*r_sel/(c*t) - B*H*L*b*r_full/(c*t) - B*H*L*b*r_sel/(c*t) + B*H*L*b/(c*t) - B*H*L*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*e_fused*k_drop*r_full/(c*t) + B*H*L*e_fused*k_drop*r_sel/(c*t) - B*H*L*e_fused*k_drop/(c*t) + B*H*L*k_drop*r_full*r_sel/(c*t) - B*H*L*k_drop*r_full/(c*t) - B*H*L*k_drop*r_sel/(c*t) + B*H*L*k_drop/(c*t))*Math.max(0, 1073741824*M_gib - g_b*(P_rep + (-P_rep + P_w)/t)*(-z_2 + 1 + z_2/N_d) - w_b*(P_rep + (-P_rep + P_w)/t)*(-z_3 + 1 + z_3/N_d) - (P_rep + (-P_rep + P_w)/t)*(4*n_opt + o_master)*(-z_1 + 1 + z_1/N_d)) + Math.pow(-2*B*F*L*b*g_swiglu*r_full/(c*t) + 2*B*F*L*b*g_swiglu/(c*t) - 2*B*F*L*b*r_full/(c*t) + 2*B*F*L*b/(c*t) + 4*B*H*L*e_fused*r_full*r_sel/(c*t) - 4*B*H*L*e_fused*r_full/(c*t) - 4*B*H*L*e_fused*r_sel/(c*t) + 4*B*H*L*e_fused/(c*t) + 2*B*L*b*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*n_rms*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 3*B*L*b*d*r_full/(c*s_sp*t - c*s_sp + c) + 4*B*L*b*d/(c*s_sp*t - c*s_sp + c) - 2*B*L*b*d*r_full/(c*t) + 2*B*L*b*d/(c*t) - 2*B*L*d*k_drop*r_full/(c*s_sp*t - c*s_sp + c) + 2*B*L*d*k_drop/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) - 8*B*L*d*n_rms*r_full/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms*((b == 4) ? ( 0 ) : ( 1 ))/(c*s_sp*t - c*s_sp + c) + 8*B*L*d*n_rms/(c*s_sp*t - c*s_sp + c) + 8*B*L*n_rms*r_full/(c*s_sp*t - c*s_sp + c) - 8*B*L*n_rms/(c*s_sp*t - c*s_sp + c) - 16*B*L*r_full/(c*s_sp*t - c*s_sp + c) + 16*B*L/(c*s_sp*t - c*s_sp + c) - 2*B*H_kv*L*b*d*r_full/(H*c*t) + 2*B*H_kv*L*b*d/(H*c*t), 2))))/(-B*H*L*b*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*b*e_fused*k_drop*r_full/(c*t) + B*H*L*b*e_fused*k_drop*r_sel/(c*t) - B*H*L*b*e_fused*k_drop/(c*t) - B*H*L*b*e_fused*r_full*r_sel/(c*t) + B*H*L*b*e_fused*r_full/(c*t) + B*H*L*b*e_fused*r_sel/(c*t) - B*H*L*b*e_fused/(c*t) + B*H*L*b*k_drop*r_full*r_sel/(c*t) - B*H*L*b*k_drop*r_full/(c*t) - B*H*L*b*k_drop*r_sel/(c*t) + B*H*L*b*k_drop/(c*t) + B*H*L*b*r_full*r_sel/(c*t) - B*H*L*b*r_full/(c*t) - B*H*L*b*r_sel/(c*t) + B*H*L*b/(c*t) - B*H*L*e_fused*k_drop*r_full*r_sel/(c*t) + B*H*L*e_fused*k_drop*r_full/(c*t) + B*H*L*e_fused*k_drop*r_sel/(c*t) - B*H*L*e_fused*k_drop/(c*t) + B*H*L*k_drop*r_full*r_sel/(c*t) - B*H*L*k_drop*r_full/(c*t) - B*H*L*k_drop*r_sel/(c*t) + B*H*L*k_drop/(c*t)) ));
   out['n_max'] = Number.isFinite(v) ? v : null;
+  v = P_rep + (-P_rep + P_w)/t;
+  out['params_per_rank'] = Number.isFinite(v) ? v : null;
+  v = N_d*c*t;
+  out['devices'] = Number.isFinite(v) ? v : null;
   return out;
 }
 const GENERATED = { memory: memoryValues, flops: flopsValues, explorer: explorerValues, fit: fitValues };
@@ -823,7 +827,13 @@ function fitView(model, root, spec) {
   const controls = el("div", { class: "al-controls" });
   const add = (w) => controls.appendChild(w);
   const names = Object.keys(spec.fit_models);
-  const preset = selectControl("model", names.map((k) => [k, k]), (name) => commit(model, { model: name, ...spec.fit_models[name] }));
+  // tensor parallelism splits heads, key/value heads and FFN columns: its degree must divide H, H_kv and F
+  const tpDegrees = (a) => divisors(a.H, 64).filter((k) => a.H_kv % k === 0 && a.F % k === 0);
+  const preset = selectControl("model", names.map((k) => [k, k]), (name) => {
+    const arch = spec.fit_models[name];
+    const tp = Number(model.get("tp"));
+    commit(model, { model: name, ...arch, tp: tpDegrees(arch).includes(tp) ? tp : 1 });
+  });
   add(preset.wrap);
   const N = rangeControl("N", { min: 8, max: 20, step: 0.25, title: "sequence length, log scale", onInput: (x) => commit(model, { N: Math.round(2 ** x) }) });
   add(N.wrap);
@@ -831,6 +841,14 @@ function fitView(model, root, spec) {
   add(B.wrap);
   const dp = rangeControl("DP ranks", { min: 0, max: 12, step: 1, title: "data-parallel ranks, log scale", onInput: (x) => commit(model, { dp_ranks: 2 ** x }) });
   add(dp.wrap);
+  const tp = selectControl("TP degree", [[1, "1"]], (x) => commit(model, { tp: Number(x) }));
+  tp.input.title = "tensor-parallel ranks: each keeps H/t heads, F/t FFN columns and 1/t of every matrix";
+  add(tp.wrap);
+  const seq = checkControl("sequence parallel (norms, residual split by TP)", (v) => commit(model, { sequence_parallel: v }));
+  add(seq.wrap);
+  const cp = selectControl("CP degree", [1, 2, 4, 8, 16, 32, 64].map((k) => [k, String(k)]), (x) => commit(model, { cp: Number(x) }));
+  cp.input.title = "context-parallel ranks (ring attention): each keeps N/c tokens";
+  add(cp.wrap);
   const mem = rangeControl("memory", { min: 8, max: 192, step: 8, title: "accelerator memory, GiB", onInput: (x) => commit(model, { mem_gib: x }) });
   add(mem.wrap);
   const menu = (label, sw, trait, text) => {
@@ -847,6 +865,8 @@ function fitView(model, root, spec) {
   add(drop.wrap);
   const info = el("div", { class: "al-note" });
   const ro = readouts([
+    ["devices", "ranks in all (DP x TP x CP)", fmtInt],
+    ["params_per_rank", "parameters per rank", fmtInt],
     ["weights_bytes", "weights per rank", fmtBytes],
     ["gradients_bytes", "gradients per rank", fmtBytes],
     ["optimizer_bytes", "optimizer state per rank", fmtBytes],
@@ -859,7 +879,7 @@ function fitView(model, root, spec) {
   ]);
   const figs = el("div", { class: "al-figures" });
   const changes = el("div");
-  root.append(el("div", { class: "al-title", text: "Does it fit? One training step on one accelerator" }), controls, info, ro.box, figs, changes);
+  root.append(el("div", { class: "al-title", text: "Does it fit? One rank's share of a training step" }), controls, info, ro.box, figs, changes);
   const PARTS = [["weights", "weights_bytes", "#1b4965"], ["gradients", "gradients_bytes", "#5fa8d3"], ["optimizer state", "optimizer_bytes", "#edae49"], ["activations", "activations_bytes", "#d1495b"]];
   return {
     update(state) {
@@ -878,14 +898,24 @@ function fitView(model, root, spec) {
       recompute.input.value = state.recompute;
       attention.input.value = state.attention;
       drop.input.checked = !!state.dropout;
+      const degrees = tpDegrees(state);
+      if (tp.input.options.length !== degrees.length || degrees.some((k, i) => Number(tp.input.options[i].value) !== k)) {
+        tp.input.replaceChildren(...degrees.map((k) => el("option", { value: k, text: String(k) })));
+      }
+      tp.input.value = String(state.tp);
+      seq.input.checked = !!state.sequence_parallel;
+      cp.input.value = String(state.cp);
       const v = computeValues(spec, "fit", state);
       ro.update(v);
       info.textContent = `${model.get("model")}: ${state.params.toLocaleString("en-US")} parameters, L = ${state.L}, d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, ${state.ffn} FFN of width ${state.F}, ${state.norm}.`
         + (Number(state.zero_stage) === 0 ? " ZeRO stage 0 shards nothing: the DP ranks do not change a rank's memory." : "")
+        + (state.sequence_parallel && Number(state.tp) === 1 ? " Sequence parallelism splits over the TP ranks: with TP degree 1 it changes nothing." : "")
+        + ((Number(state.cp) > 1 || (state.sequence_parallel && Number(state.tp) > 1)) && state.N % (Number(state.cp) * (state.sequence_parallel ? Number(state.tp) : 1)) !== 0
+          ? " N does not split evenly over the ranks: the values are their average." : "")
         + " DeepSeek-V2 (MLA, mixture of experts) is not offered: its block is not the one this ledger counts."
         + " Not counted: embeddings' and loss activations, temporary buffers, fragmentation.";
       const bars = [
-        { label: "this rank", parts: PARTS.map(([label, key, color]) => ({ label, color, value: v[key] })) },
+        { label: `one of ${fmtInt(v.devices)} ranks`, parts: PARTS.map(([label, key, color]) => ({ label, color, value: v[key] })) },
         { label: "accelerator", parts: [{ label: "memory", color: "#adb5bd", value: v.mem_bytes }] },
       ];
       const legend = [...PARTS.map(([label, , color]) => ({ label, color })), { label: "accelerator memory", color: "#adb5bd" }];
@@ -922,6 +952,9 @@ function fitView(model, root, spec) {
         + row("recompute", Object.keys(spec.switches.recompute), "recompute")
         + row("attention", Object.keys(spec.switches.attention), "attention")
         + row("ZeRO stage", [0, 1, 2, 3], "zero_stage")
+        + row("TP degree", degrees.filter((k) => k <= 16), "tp")
+        + row("sequence parallel", [false, true], "sequence_parallel")
+        + row("CP degree", [1, 2, 4, 8], "cp")
         + row("optimizer", Object.keys(spec.switches.optimizer), "optimizer")
         + row("precision", Object.keys(spec.switches.precision), "precision")
         + "</table>";

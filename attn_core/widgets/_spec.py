@@ -46,7 +46,8 @@ def model_traits(model: kv_cache.ModelConfig) -> dict:
 
 def fit_traits(model: kv_cache.ModelConfig) -> dict:
     """The "does it fit" traits a preset sets (models with per-head K and V and D = d / H)."""
-    return {"params": model.num_params(), "L": model.num_layers, "d": model.d_model, "H": model.num_heads,
+    return {"params": model.num_params(), "params_replicated": model.tp_replicated_params(),
+            "L": model.num_layers, "d": model.d_model, "H": model.num_heads,
             "H_kv": model.num_kv_heads, "F": model.ffn_dim, "norm": model.norm,
             "ffn": "gelu" if model.ffn == "mlp" else "swiglu"}
 

@@ -1,4 +1,4 @@
-"""The training-step chapter's widget: does one training step of a model fit on one accelerator?"""
+"""The training-step chapter's widget: does one rank's share of a training step fit on its accelerator?"""
 
 from __future__ import annotations
 
@@ -17,16 +17,28 @@ _ARCH = ("params", "L", "d", "H", "H_kv", "F", "norm", "ffn")
 
 
 class FitWidget(_LedgerWidget):
-    """Does it fit? One data-parallel rank's memory for a training step, against the accelerator's.
+    """Does it fit? One rank's memory for a training step, against the accelerator's.
 
     ``FitWidget(model="Llama 3 8B", N=4096, B=1, precision="bf16_mixed", optimizer="adamw",
-    zero_stage=1, dp_ranks=8, recompute="selective", attention="fused", dropout=False, mem_gib=80)``
+    zero_stage=1, dp_ranks=8, tp=1, sequence_parallel=False, cp=1, recompute="selective",
+    attention="fused", dropout=False, mem_gib=80)``
+
+    The rank is one of ``dp_ranks`` x ``tp`` x ``cp`` ranks. Data parallelism (with ZeRO) shards
+    the training state; tensor parallelism of degree ``tp`` splits every matrix and the activations
+    of the rank's H/tp heads and F/tp FFN columns (``tp`` must divide H, H_kv and F), and with
+    ``sequence_parallel`` the norms' and residual activations along N as well; context parallelism
+    of degree ``cp`` splits the sequence (every activation item by cp). The formulas are
+    :func:`attn_core.formulas.per_rank_items` and :func:`~attn_core.formulas.per_rank_params`
+    (as :func:`attn_core.parallel.per_rank_activations`, measured on real ranks in chapter 11).
+    When tp (with sequence parallelism) or cp does not divide N, the values are the average over
+    the ranks (their shares differ by a token).
 
     A preset menu (the models of :data:`attn_core.kv_cache.MODELS` whose blocks
     :func:`attn_core.ledger.block_ledger` describes) sets the parameter count
     (:meth:`~attn_core.kv_cache.ModelConfig.num_params`), L, d, H, H_kv, the FFN width F and kind
     and the norm. Sliders: N (log scale), the micro-batch B, the data-parallel ranks (log scale)
-    and the accelerator's memory in GiB; menus: precision, optimizer, ZeRO stage, recomputation,
+    and the accelerator's memory in GiB; menus: the TP degree (the divisors of H, H_kv and F),
+    sequence parallelism, the CP degree, precision, optimizer, ZeRO stage, recomputation,
     eager or fused attention, dropout (masks of 1 byte, as on a CUDA accelerator).
 
     It shows a stacked bar (weights, gradients, optimizer state, activations of L blocks) against
@@ -37,17 +49,20 @@ class FitWidget(_LedgerWidget):
     ``values`` (read-only): ``item.<name>`` for each item of :data:`attn_core.ledger.BLOCK_ITEMS`
     (one block), ``layer_bytes``, ``weights_bytes``, ``gradients_bytes``, ``optimizer_bytes``,
     ``activations_bytes`` (L blocks), ``total_bytes``, ``mem_bytes``, ``fits`` (1 or 0),
-    ``n_max``. ``figure()`` draws the same figure with matplotlib.
+    ``n_max``, ``params_per_rank``, ``devices`` (dp_ranks x tp x cp); all per rank. ``figure()``
+    draws the same figure with matplotlib.
     """
 
     _kind = "fit"
-    _inputs = ("B", "N", "params", "L", "d", "H", "H_kv", "F", "dp_ranks", "mem_gib", "precision",
-               "optimizer", "zero_stage", "recompute", "attention", "dropout", "norm", "ffn")
+    _inputs = ("B", "N", "params", "params_replicated", "L", "d", "H", "H_kv", "F", "dp_ranks", "tp",
+               "cp", "sequence_parallel", "mem_gib", "precision", "optimizer", "zero_stage", "recompute",
+               "attention", "dropout", "norm", "ffn")
 
     model = traitlets.Enum(list(FIT_MODELS), default_value=DEFAULT_FIT_MODEL).tag(sync=True)
     N = traitlets.Int(4096, min=1).tag(sync=True)
     B = traitlets.Int(1, min=1).tag(sync=True)
     params = traitlets.Int(1, min=1).tag(sync=True)
+    params_replicated = traitlets.Int(0, min=0).tag(sync=True)
     L = traitlets.Int(1, min=1).tag(sync=True)
     d = traitlets.Int(1, min=1).tag(sync=True)
     H = traitlets.Int(1, min=1).tag(sync=True)
@@ -56,6 +71,9 @@ class FitWidget(_LedgerWidget):
     norm = traitlets.Enum(list(ledger.NORMS), default_value="rmsnorm").tag(sync=True)
     ffn = traitlets.Enum(list(ledger.FFN_KINDS), default_value="swiglu").tag(sync=True)
     dp_ranks = traitlets.Int(8, min=1).tag(sync=True)
+    tp = traitlets.Int(1, min=1).tag(sync=True)
+    cp = traitlets.Int(1, min=1).tag(sync=True)
+    sequence_parallel = traitlets.Bool(False).tag(sync=True)
     mem_gib = traitlets.Float(80.0, min=1.0).tag(sync=True)
     precision = traitlets.Enum(list(training.PRECISIONS), default_value="bf16_mixed").tag(sync=True)
     optimizer = traitlets.Enum(list(training.OPTIMIZERS), default_value="adamw").tag(sync=True)
@@ -85,16 +103,43 @@ class FitWidget(_LedgerWidget):
         if self.d % proposal["value"] or proposal["value"] % self.H_kv:
             raise traitlets.TraitError(f"H ({proposal['value']}) must divide d ({self.d}) and be "
                                        f"divisible by H_kv ({self.H_kv})")
+        self._check_tp(self.tp, H=proposal["value"])
+        return proposal["value"]
+
+    def _check_tp(self, tp: int, **arch) -> None:
+        arch = {"H": self.H, "H_kv": self.H_kv, "F": self.F, **arch}
+        bad = [f"{k} ({v})" for k, v in arch.items() if v % tp]
+        if bad:
+            raise traitlets.TraitError(f"tp ({tp}) must divide H, H_kv and F: it does not divide "
+                                       f"{', '.join(bad)}")
+
+    @traitlets.validate("tp")
+    def _valid_tp(self, proposal):
+        self._check_tp(proposal["value"])
+        return proposal["value"]
+
+    @traitlets.validate("H_kv")
+    def _valid_H_kv(self, proposal):
+        self._check_tp(self.tp, H_kv=proposal["value"])
+        return proposal["value"]
+
+    @traitlets.validate("F")
+    def _valid_F(self, proposal):
+        self._check_tp(self.tp, F=proposal["value"])
         return proposal["value"]
 
     @traitlets.observe("model")
     def _on_model(self, change) -> None:
         if getattr(self, "_applying", True):
             return
+        preset = fit_traits(FIT_MODELS[change["new"]])
+        tp = self.tp if all(preset[k] % self.tp == 0 for k in ("H", "H_kv", "F")) else 1
         with self.hold_trait_notifications():
+            self.tp = 1  # the preset's H, H_kv and F are valid against tp = 1 while they arrive
             self.H_kv = 1  # any H is valid against H_kv = 1 while the preset's values arrive
-            for name, value in fit_traits(FIT_MODELS[change["new"]]).items():
+            for name, value in preset.items():
                 setattr(self, name, value)
+            self.tp = tp  # kept when it divides the new preset's H, H_kv and F, else 1
         self._update_values()
 
     def figure(self, n_range: tuple[int, int] = (256, 1048576)):
@@ -113,7 +158,7 @@ class FitWidget(_LedgerWidget):
             bottom += v[key] / scale
         ax1.axhline(v["mem_bytes"] / scale, color="#111111", linestyle="--", linewidth=1,
                     label=f"accelerator: {self.mem_gib:g} GiB")
-        ax1.set_xticks([0], [f"one rank, N = {fmt_tokens(self.N)}"])
+        ax1.set_xticks([0], [f"one of {v['devices']:,} ranks, N = {fmt_tokens(self.N)}"])
         ax1.set_ylabel(f"memory ({unit})")
         ax1.set_title(f"{self.model}: {fmt_bytes(v['total_bytes'])} "
                       f"({'fits' if v['fits'] else 'does not fit'})", fontsize=10)
@@ -129,7 +174,8 @@ class FitWidget(_LedgerWidget):
         ax2.set_yscale("log", base=2)
         ax2.set_ylabel("memory per rank (bytes, log scale)")
         ax2.set_title(f"{self.precision}, {self.optimizer}, ZeRO {self.zero_stage} over {self.dp_ranks} "
-                      f"ranks, recompute {self.recompute}, {self.attention}", fontsize=9)
+                      f"DP ranks, TP {self.tp}{' + SP' if self.sequence_parallel else ''}, CP {self.cp}, "
+                      f"recompute {self.recompute}, {self.attention}", fontsize=9)
         ax2.legend(fontsize=8, frameon=False)
         ax2.grid(True, which="major", alpha=0.3)
         fig.tight_layout()

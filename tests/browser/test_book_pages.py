@@ -200,10 +200,34 @@ def test_sliders_live_and_equal_python(page, browser, server):
                 assert after != before, f"moving slider {slider.get_attribute('name')} changed nothing"
                 moved += 1
         assert moved > 0, "no slider found on a widget page"
+        for handle in widgets:
+            _parallel_controls(handle, w.page)
         w.page.screenshot(path=str(SHOTS / (page.stem + ".png")), full_page=True)
         assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
     finally:
         w.page.close()
+
+
+def _parallel_controls(handle, page) -> None:
+    """On a "does it fit" widget: the largest TP degree, then sequence parallelism, then another CP
+    degree each change the values shown, which stay equal to Python's."""
+    tp = handle.query_selector("select[aria-label='TP degree']")
+    if tp is None:
+        return
+    cp = handle.query_selector("select[aria-label='CP degree']")
+    tp_max = tp.evaluate("s => [...s.options].map(o => o.value).pop()")
+    cp_other = cp.evaluate("s => [...s.options].map(o => o.value).find(v => v !== s.value)")
+    for name, act in (("TP degree", lambda: tp.select_option(tp_max)),
+                      ("sequence parallel", lambda: handle.query_selector(
+                          "input[aria-label^='sequence parallel']").click()),
+                      ("CP degree", lambda: cp.select_option(cp_other))):
+        before = _shown_values(handle)
+        if name == "TP degree" and tp.evaluate("s => s.value") == tp_max:
+            continue  # already at the largest degree
+        act()
+        page.wait_for_timeout(50)
+        after = _assert_matches_python(handle, page)
+        assert after != before, f"{name} changed nothing"
 
 
 # ----------------------------------------------------------------------------- launch buttons
