@@ -7,20 +7,72 @@ Same maths as the vectorized forms of :mod:`attn_core.linear`; the tests check t
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .linear import _decay_matrix
 
 
+def factor_bound(dtype: torch.dtype) -> float:
+    """The largest total log decay of a chunk for which the gated blocked path factors the decay.
+
+    Factored, the decay e^(l_i - l_j) inside a chunk is split into e^(l_i - l_C) on the query and
+    e^(l_C - l_j) on the key (l_C the chunk's total): the key's factor is at most 1, the query's
+    at most e^span with span = -l_C. Keeping e^span below max^(1/4) of the dtype (e^22.2 in
+    float32 and bfloat16, e^2.8 in float16, e^177 in float64) leaves a scaled query three quarters
+    of the dtype's range in exponent before anything can overflow.
+    """
+    return math.log(torch.finfo(dtype).max) / 4
+
+
+def _spans_fit(log_g: torch.Tensor, c: int, full: int, dtype: torch.dtype) -> bool:
+    """Whether every whole chunk's total log decay is within :func:`factor_bound` (log_g: (B', N))."""
+    if full == 0:
+        return False
+    totals = log_g[:, : full * c].unflatten(1, (full, c)).sum(-1)  # (B', N/C): l_C of each chunk
+    return bool(totals.min() >= -factor_bound(dtype))
+
+
+def _prefix_sum_into(st: torch.Tensor, kv: torch.Tensor, group: int = 8) -> None:
+    """st[i + 1] = st[i] + kv[i] for i < P, in place: the states entering each chunk of a block.
+
+    st: (P + 1, D_k, D_v), st[0] the carry; kv: (P, D_k, D_v) each chunk's K^T V.
+    PyTorch's cumsum down the first dim reads one column at a time, several times slower than
+    adding whole rows. So the P rows are cut into groups of ``group``: a running sum inside every
+    group at once (group - 1 additions of P / group rows), then each group's offset, the end of the
+    group before, added to it (P / group additions): about 2 sqrt(P) whole-row operations in all.
+    """
+    p = kv.shape[0]
+    if p % group:
+        st[1:].copy_(kv)
+        st.cumsum_(0)
+        return
+    g = p // group
+    dst = st[1:].unflatten(0, (g, group))  # (P / group, group, D_k, D_v), views of the states
+    src = kv.view(g, group, *kv.shape[1:])  # (P / group, group, D_k, D_v)
+    dst[:, 0].copy_(src[:, 0])
+    for j in range(1, group):  # running sums inside every group
+        torch.add(src[:, j], dst[:, j - 1], out=dst[:, j])
+    dst[0].add_(st[0])  # the carry into the block
+    for i in range(1, g):  # the end of the group before, into each group
+        dst[i].add_(dst[i - 1, -1])
+
+
 def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
     """Chunked (gated) linear attention in blocks of whole chunks, with bounded, reused buffers.
 
-    The same maths as the vectorized forms below, for inference (no autograd: products are
-    written into their destinations with ``out=`` and in place). One sequence and one block of
+    The same maths as the vectorized forms, for inference (no autograd: products are written into
+    their destinations with ``out=`` and in place). One sequence and one block of
     P = block_tokens / C chunks at a time: the scores (P, C, C), the chunk states (P + 1, D_k, D_v)
-    and the gate's decays live in buffers sized by the block, not by N, and the only N-sized
-    allocation is the output. The state entering the block is carried from the block before.
-    A last chunk shorter than C is done on its own, so nothing is padded or copied.
+    and the scaled queries and keys (P, C, D_k) are views of one buffer sized by the block, not by
+    N, and the only N-sized allocation is the output. The state entering the block is carried from the
+    block before. A last chunk shorter than C is done on its own, so nothing is padded or copied.
+
+    With a gate, the decay inside a chunk is factored onto the queries and keys when every chunk's
+    total decay allows it (:func:`factor_bound`); the scores are then one matmul of scaled queries
+    and keys, as in the plain form. Otherwise (a gate near 0 somewhere) the exact decay matrix
+    exp(segment_sum(log gamma)) multiplies the scores, as in the vectorized form.
     q, k: (B', N, D_k); v: (B', N, D_v); log_g: (B', N) or None (no gate) -> (B', N, D_v).
     """
     nb, n, d_k = q.shape
@@ -28,14 +80,25 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
     dt = q.dtype
     y = torch.empty(nb, n, d_v, dtype=dt, device=q.device)  # (B', N, D_v): the output
     p_max = max(1, block_tokens // c)  # chunks per block
-    scores = torch.empty(p_max, c, c, dtype=dt, device=q.device)  # (P, C, C), reused by every block
-    kv = torch.empty(p_max, d_k, d_v, dtype=dt, device=q.device)  # (P, D_k, D_v): each chunk's K^T V or U
-    # (P + 1, D_k, D_v) states, each row 16 values longer than D_k D_v: a cumsum down rows 2^k bytes
-    # apart (16 KiB for D = 64) thrashes the cache and is several times slower. (bmm writes into kv,
-    # contiguous, and not here: into a strided out= it falls back to one small matmul per chunk.)
-    states = torch.empty(p_max + 1, d_k * d_v + 16, dtype=dt, device=q.device)[:, : d_k * d_v]
-    states = states.unflatten(1, (d_k, d_v))  # (P + 1, D_k, D_v), a strided view
     full = n // c  # whole chunks; a shorter last chunk is done on its own
+    gated = log_g is not None
+    # Every scratch buffer is a view of one allocation: freed, one block is kept by glibc's malloc
+    # for the next call (its trim threshold rises to twice the largest block it has unmapped), where
+    # several smaller ones are given back to the kernel and fault in again on every call.
+    # The states' rows are 16 values longer than D_k D_v: a cumsum down rows 2^k bytes apart (16 KiB
+    # for D = 64) thrashes the cache and is several times slower.
+    sizes = [p_max * c * c, p_max * d_k * d_v, (p_max + 1) * (d_k * d_v + 16)] + [p_max * c * d_k] * 2 * gated
+    work = torch.empty(sum(sizes), dtype=dt, device=q.device).split(sizes)  # views of one allocation
+    scores = work[0].view(p_max, c, c)  # (P, C, C), reused by every block
+    kv = work[1].view(p_max, d_k, d_v)  # (P, D_k, D_v): each chunk's K^T V or U
+    # (P + 1, D_k, D_v) states, a strided view (bmm writes into kv, contiguous, and not here: into
+    # a strided out= it falls back to one small matmul per chunk)
+    states = work[2].view(p_max + 1, d_k * d_v + 16)[:, : d_k * d_v].unflatten(1, (d_k, d_v))
+    factored = False
+    if gated:
+        q_buf = work[3].view(p_max, c, d_k)  # (P, C, D_k): scaled queries
+        k_buf = work[4].view(p_max, c, d_k)  # (P, C, D_k): scaled keys
+        factored = _spans_fit(log_g, c, full, dt)
     for b in range(nb):
         states[0].zero_()  # M = 0 before the first chunk
         for c0 in range(0, full, p_max):
@@ -43,27 +106,33 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
             rows = slice(c0 * c, (c0 + p) * c)
             qb, kb, vb = (x[b, rows].unflatten(0, (p, c)) for x in (q, k, v))  # (P, C, D) views
             yb = y[b, rows].unflatten(0, (p, c))  # (P, C, D_v), a view of the output
-            s = torch.bmm(qb, kb.mT, out=scores[:p])  # (P, C, C): Q_c K_c^T of each chunk
             st = states[: p + 1]  # st[0] holds the state entering this block
             if log_g is None:
-                s.tril_()
+                s = torch.bmm(qb, kb.mT, out=scores[:p]).tril_()  # (P, C, C): tril(Q_c K_c^T)
                 torch.bmm(s, vb, out=yb)  # intra-chunk part
-                st[1:].copy_(torch.bmm(kb.mT, vb, out=kv[:p]))  # st[i + 1] = K_i^T V_i
-                st.cumsum_(0)  # st[i] = state entering chunk i of the block; st[p] leaves the block
+                _prefix_sum_into(st, torch.bmm(kb.mT, vb, out=kv[:p]))  # st[i] = M entering chunk i
                 yb.baddbmm_(qb, st[:p])  # y += Q_c M_{c-1}
             else:
-                lg = log_g[b, c0 * c:(c0 + p) * c].view(p, c)  # (P, C)
-                cum = lg.cumsum(-1)  # (P, C): log decay from the chunk start to token i
-                s.mul_(_decay_matrix(lg).to(dt))  # (P, C, C): scores * exp(b_i - b_j), 0 above diagonal
-                torch.bmm(s, vb, out=yb)
-                k_out = kb * torch.exp(cum[:, -1:] - cum).to(dt)[..., None]  # (P, C, D_k)
+                cum = log_g[b, rows].view(p, c).cumsum(-1)  # (P, C): l_i, log decay from the chunk start
+                last = cum[:, -1:]  # (P, 1): l_C, the chunk's total
+                # keys scaled to the chunk's end, e^(l_C - l_j) <= 1: what each key writes into the state
+                k_out = torch.mul(kb, torch.exp(last - cum).to(dt)[..., None], out=k_buf[:p])  # (P, C, D_k)
+                if factored:  # scores (q_i e^(l_i - l_C)) . (k_j e^(l_C - l_j)) = e^(l_i - l_j) q_i . k_j
+                    q_s = torch.mul(qb, torch.exp(cum - last).to(dt)[..., None], out=q_buf[:p])
+                    s = torch.bmm(q_s, k_out.mT, out=scores[:p]).tril_()  # (P, C, C)
+                else:  # exact: the decay matrix from segment sums, 0 above the diagonal
+                    decay = _decay_matrix(log_g[b, rows].view(p, c)).to(dt)  # (P, C, C)
+                    s = torch.bmm(qb, kb.mT, out=scores[:p]).mul_(decay)
+                torch.bmm(s, vb, out=yb)  # intra-chunk part
                 u = torch.bmm(k_out.mT, vb, out=kv[:p])  # (P, D_k, D_v): U_i
                 # the states entering the chunks, M_{i+1} = a_i M_i + U_i from the carry M_0 = st[0], one
                 # chunk after the other: P small in-place products, cheaper than any scan over the block
-                decays = torch.exp(cum[:, -1]).tolist()  # a_i, the decay over the whole chunk i
+                decays = torch.exp(last[:, 0]).tolist()  # a_i, the decay over the whole chunk i
+                sts, us = st.unbind(0), u.unbind(0)  # views, taken once
                 for i in range(p):
-                    torch.add(u[i], st[i], alpha=decays[i], out=st[i + 1])
-                yb.baddbmm_(qb * torch.exp(cum).to(dt)[..., None], st[:p])  # y += exp(b_i) M^T q_i
+                    torch.add(us[i], sts[i], alpha=decays[i], out=sts[i + 1])
+                q_in = torch.mul(qb, torch.exp(cum).to(dt)[..., None], out=q_buf[:p])  # e^(l_i) q_i
+                yb.baddbmm_(q_in, st[:p])  # y += e^(l_i) M^T q_i
             states[0].copy_(st[p])  # the carry for the next block
         if full * c < n:  # the last, shorter chunk
             rows = slice(full * c, n)

@@ -29,7 +29,10 @@ The delta rule and the gated delta rule live in :mod:`attn_core.delta` and are r
 
 Decays are handled in log space, log D[t, s] = sum_{r=s+1..t} log gamma_r,
 summed without subtracting two large prefix sums, so gamma as small as 1e-30
-neither underflows early nor loses precision.
+neither underflows early nor loses precision. The one exception is the no-grad blocked path:
+when every chunk's total decay is small enough that nothing can overflow
+(:func:`attn_core._blocked.factor_bound`), it factors the decay inside a chunk onto the queries
+and keys, and the scores become one plain matrix product; otherwise it too uses the segment sums.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "gated_linear_attention_chunked_loop",
     "linear_attention_step",
     "segment_sum",
+    "factor_bound",
     "DEFAULT_CHUNK",
     "DEFAULT_GATED_CHUNK",
     "delta_rule_recurrent",
@@ -60,10 +64,11 @@ __all__ = [
 ]
 
 # Default chunk sizes C, each the fastest of C = 16 ... 128 in `make bench` (bench/run.py) on
-# a 2-core CPU at N = 2K ... 32K, D = 64. The gated form's extra work (its decay matrix) grows
-# with C, so its best chunk is smaller.
+# a 2-core CPU at N = 2K ... 32K, D = 64 (geometric mean over N). Since the gated form's
+# no-grad path factors its decay onto queries and keys when the gates allow it
+# (attn_core._blocked), it has no C x C decay matrix to pay for there and shares the plain one's C.
 DEFAULT_CHUNK = 64
-DEFAULT_GATED_CHUNK = 32
+DEFAULT_GATED_CHUNK = 64
 SCAN_BLOCK = 16  # chunks per block of _chunk_states' scan (also the fastest by measurement)
 # Tokens per block of the chunked forms' no-grad path: every temporary holds one block, whatever N is,
 # so each call reuses a few small buffers instead of asking the allocator for N-sized ones.
@@ -195,6 +200,8 @@ def _use_blocks(lead: torch.Size, n: int, q, k, v, gamma=None) -> bool:
     is done at once, in fewer and larger operations, its temporaries no larger than one block's.
     """
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, gamma)):
+        return False
+    if q.device.type == "meta":  # the blocked path reads values (the gates choose how it runs)
         return False
     return q.dtype == k.dtype == v.dtype and lead.numel() * n > BLOCK_TOKENS
 
@@ -493,7 +500,7 @@ def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
 # --------------------------------------------------------------------------- the delta rule
 # written in attn_core/delta.py (a topic of its own), re-exported here: attn_core.linear.delta_rule_*;
 # and the chunked forms' blocked no-grad path (attn_core/_blocked.py), used by the functions above
-from ._blocked import _blocked_chunked  # noqa: E402
+from ._blocked import _blocked_chunked, factor_bound  # noqa: E402
 from .delta import (  # noqa: E402
     DEFAULT_DELTA_CHUNK,
     delta_rule_chunked,

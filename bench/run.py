@@ -9,17 +9,16 @@ this run: the calls being compared are interleaved and each keeps its median, so
 machine slows both sides alike. About half a minute on 2 cores.
 
 Memory allocator. glibc's malloc hands every allocation of 32 MiB or more, and, as its
-thresholds move, many smaller ones, fresh pages from the kernel and gives them back on free.
-A chunked call makes several such temporaries, so under glibc's defaults a timing depends on
-the heap's history, and on this kind of virtual machine a fresh page costs about a
-microsecond (at N = 32768 some 130 MiB of fresh pages a call: tens of milliseconds). The
-table is therefore measured with freed memory kept for reuse (``mallopt(M_MMAP_MAX, 0)``,
-``mallopt(M_TRIM_THRESHOLD, 1 GiB)``, what jemalloc, tcmalloc or PyTorch's own GPU allocator
-do anyway); the lines under the table give the chunked figures again from a fresh process with
-glibc's defaults, page faults counted. ``--default-malloc`` measures the whole table with
-glibc's defaults.
+thresholds move, many smaller ones, fresh pages from the kernel and gives them back on free; on
+this kind of virtual machine a fresh page costs about a microsecond. The table is measured as a
+reader's notebook runs, with glibc's defaults: the chunked forms process long inputs block by
+block into reused buffers, so beyond their output they ask for few fresh pages. The lines under
+the table give the chunked figures again from a fresh process with freed memory kept for reuse
+(``mallopt(M_MMAP_MAX, 0)``, ``mallopt(M_TRIM_THRESHOLD, 1 GiB)``, what jemalloc, tcmalloc or
+PyTorch's own GPU allocator do anyway), page faults counted. ``--keep-freed`` measures the whole
+table that way, and the lines under it with the defaults.
 
-    .venv/bin/python bench/run.py [--default-malloc]
+    .venv/bin/python bench/run.py [--keep-freed]
 """
 
 from __future__ import annotations
@@ -294,7 +293,7 @@ def profile_chunked(dense: float, calls: int = 5) -> list[dict]:
         q, k, v, gamma = qkv(n)
         args = (q, k, v) if form == "chunked" else (q, k, v, gamma)
         fn = FORMS[form]
-        flops = count_flops(fn, *(x.to("meta") for x in args))
+        flops = count_flops(fn, *args)  # on the real inputs: the gates choose the path the call takes
         fn(*args)
         before = page_faults()
         fn(*args)
@@ -312,11 +311,13 @@ def profile_chunked(dense: float, calls: int = 5) -> list[dict]:
     return out
 
 
-def probe() -> dict:
-    """The chunked-form figures under glibc's default malloc (run in a fresh process by main)."""
+def probe(keep_freed: bool) -> dict:
+    """The chunked-form figures with one allocator setting (run in a fresh process by main)."""
+    kept = keep_freed and keep_freed_memory()
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
-    out = {"N": FIT, "chunked": [], "page_faults": []}
+    out = {"N": FIT, "chunked": [], "page_faults": [],
+           "malloc": "freed memory kept (mallopt)" if kept else "glibc defaults"}
     for n in FIT:
         q, k, v, _ = qkv(n)
         fns = {"chunked": partial(linear.causal_linear_attention_chunked, q, k, v)}
@@ -338,12 +339,14 @@ def probe() -> dict:
     return out
 
 
-def default_malloc() -> dict | None:
-    """Run :func:`probe` in a fresh Python process, with glibc's malloc left at its defaults."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+def other_malloc(keep_freed: bool) -> dict | None:
+    """Run :func:`probe` in a fresh Python process with the other allocator setting than the table's:
+    freed memory kept (``keep_freed``) or glibc's malloc at its defaults."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
+    args = [sys.executable, __file__, "--probe"] + (["--keep-freed"] if keep_freed else [])
     try:
-        done = subprocess.run([sys.executable, __file__, "--probe"], capture_output=True, text=True,
-                              env=env, timeout=120, check=True)
+        done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, check=True)
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (subprocess.SubprocessError, ValueError, IndexError):
         return None
@@ -399,7 +402,7 @@ def rows(r: dict) -> list[dict]:
 
 
 def print_table(r: dict) -> None:
-    m, table, prof, dm = r["machine"], r["rows"], r["profile"], r["default_malloc"]
+    m, table, prof, dm = r["machine"], r["rows"], r["profile"], r["other_malloc"]
     print(f"The Attention Ledger bench, {m['date']}: {m['cpu']}, {m['cores']} cores, "
           f"{m['threads']} torch threads, torch {m['torch']}, load {m['load_average'][0]}")
     print(f"fp32, B = {B}, H = {H}, D = {D}; medians of interleaved runs; malloc: {m['malloc']}")
@@ -425,25 +428,26 @@ def print_table(r: dict) -> None:
     if dm:
         faults = " / ".join(str(f) for f in dm["page_faults"])
         times = " / ".join(fmt_time(t) for t in dm["chunked"])
-        print(f"glibc default malloc, fresh process: chunked {times} "
+        print(f"{dm['malloc']}, fresh process: chunked {times} "
               f"at N = 4K / 8K / 16K / 32K with {faults} page faults a call: speedup at 8K "
               f"{dm['speedup']:.1f}x, exponent {dm['exponent']:.2f}, FLOP/s fraction {dm['fraction']:.0%}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--default-malloc", action="store_true", help="leave glibc's malloc at its defaults")
+    parser.add_argument("--keep-freed", action="store_true",
+                        help="keep freed memory for reuse (mallopt) instead of glibc's defaults")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
-        print(json.dumps(probe()))
+        print(json.dumps(probe(args.keep_freed)))
         return
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
     t0 = time.perf_counter()
     results = {"machine": machine()}
-    results["default_malloc"] = None if args.default_malloc else default_malloc()
-    kept = not args.default_malloc and keep_freed_memory()
+    results["other_malloc"] = other_malloc(keep_freed=not args.keep_freed)
+    kept = args.keep_freed and keep_freed_memory()
     results["machine"]["malloc"] = "freed memory kept (mallopt)" if kept else "glibc defaults"
     sections = {"growth": growth, "flops": flops_fraction, "sweep": chunk_sweep, "decode": decode,
                 "ledger": meta_ledger, "widget": widget_callback}

@@ -12,6 +12,7 @@ is compared with it; hypothesis checks that the forms agree on random shapes.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -622,3 +623,37 @@ def test_blocked_path_float32_tiny_gates_finite():
         lin.BLOCK_TOKENS = old
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), linear_attention_reference(q, k, v, gamma), **F32)
+
+
+@pytest.mark.parametrize("over", [False, True], ids=["span just under the bound", "just over"])
+def test_blocked_gated_factors_the_decay_only_within_its_bound(monkeypatch, over):
+    """The gated blocked path factors e^(l_i - l_j) onto queries and keys only when every chunk's
+    total log decay is within factor_bound (float32: ln(max) / 4 = 22.18); just under it the scaled
+    queries reach e^22 and the output still equals the definition to float32 rounding, just over it
+    the exact decay matrix is used, with the same result."""
+    import attn_core._blocked as blocked
+    import attn_core.linear as lin
+
+    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    c, n = 8, 203  # 25 whole chunks and a last one of 3 tokens
+    bound = blocked.factor_bound(torch.float32)
+    assert abs(bound - math.log(torch.finfo(torch.float32).max) / 4) < 1e-12 and 22.1 < bound < 22.2
+    span = bound * (1.01 if over else 0.99)  # every chunk's total log decay
+    gamma = torch.full((2, n), math.exp(-span / c), dtype=torch.float64)
+    q, k, v = make_qkv((2,), n, 7, 5, seed=29)
+    log_g = torch.log(gamma.float())
+    assert blocked._spans_fit(log_g, c, n // c, torch.float32) is (not over)
+    out = lin.gated_linear_attention_chunked(q.float(), k.float(), v.float(), gamma.float(), c)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), linear_attention_reference(q, k, v, gamma), **F32)
+
+
+def test_blocked_gated_path_choice_for_the_tests_gates():
+    """The scalar gates of the tests above are factored, the ones with 1e-30 are not: both paths run."""
+    from attn_core._blocked import _spans_fit
+
+    scalar = torch.log(make_gamma((3, 101), seed=26))
+    tiny = torch.log(torch.where(torch.rand(3, 101, generator=torch.Generator().manual_seed(27)) < 0.3,
+                                 1e-30, 0.9).double())
+    assert _spans_fit(scalar, 8, 101 // 8, torch.float64)
+    assert not _spans_fit(tiny, 8, 101 // 8, torch.float64)
