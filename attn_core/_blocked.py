@@ -19,44 +19,23 @@ def factor_bound(dtype: torch.dtype) -> float:
 
     Factored, the decay e^(l_i - l_j) inside a chunk is split into e^(l_i - l_C) on the query and
     e^(l_C - l_j) on the key (l_C the chunk's total): the key's factor is at most 1, the query's
-    at most e^span with span = -l_C. Keeping e^span below max^(1/4) of the dtype (e^22.2 in
-    float32 and bfloat16, e^2.8 in float16, e^177 in float64) leaves a scaled query three quarters
-    of the dtype's range in exponent before anything can overflow.
+    at most e^span with span = -l_C. The bound keeps e^span below max^(1/4) of the dtype (e^22.2
+    in float32 and bfloat16, e^2.8 in float16, e^177 in float64), so the scaled keys stay far from
+    underflow; the path also checks that the largest query entry times e^span stays below max
+    (in float16, whose max is 65504, that is a real limit: a query entry of 5000 would overflow).
     """
     return math.log(torch.finfo(dtype).max) / 4
 
 
-def _spans_fit(log_g: torch.Tensor, c: int, full: int, dtype: torch.dtype) -> bool:
-    """Whether every whole chunk's total log decay is within :func:`factor_bound` (log_g: (B', N))."""
-    if full == 0:
-        return False
+def _spans_fit(log_g: torch.Tensor, c: int, full: int, q: torch.Tensor) -> bool:
+    """Whether the decay may be factored for this call: every whole chunk's total log decay within
+    :func:`factor_bound`, and no query so large that e^span times it overflows (log_g: (B', N))."""
     totals = log_g[:, : full * c].unflatten(1, (full, c)).sum(-1)  # (B', N/C): l_C of each chunk
-    return bool(totals.min() >= -factor_bound(dtype))
-
-
-def _prefix_sum_into(st: torch.Tensor, kv: torch.Tensor, group: int = 8) -> None:
-    """st[i + 1] = st[i] + kv[i] for i < P, in place: the states entering each chunk of a block.
-
-    st: (P + 1, D_k, D_v), st[0] the carry; kv: (P, D_k, D_v) each chunk's K^T V.
-    PyTorch's cumsum down the first dim reads one column at a time, several times slower than
-    adding whole rows. So the P rows are cut into groups of ``group``: a running sum inside every
-    group at once (group - 1 additions of P / group rows), then each group's offset, the end of the
-    group before, added to it (P / group additions): about 2 sqrt(P) whole-row operations in all.
-    """
-    p = kv.shape[0]
-    if p % group:
-        st[1:].copy_(kv)
-        st.cumsum_(0)
-        return
-    g = p // group
-    dst = st[1:].unflatten(0, (g, group))  # (P / group, group, D_k, D_v), views of the states
-    src = kv.view(g, group, *kv.shape[1:])  # (P / group, group, D_k, D_v)
-    dst[:, 0].copy_(src[:, 0])
-    for j in range(1, group):  # running sums inside every group
-        torch.add(src[:, j], dst[:, j - 1], out=dst[:, j])
-    dst[0].add_(st[0])  # the carry into the block
-    for i in range(1, g):  # the end of the group before, into each group
-        dst[i].add_(dst[i - 1, -1])
+    span = -float(totals.min())  # the largest decay of a chunk, in log space
+    if span > factor_bound(q.dtype):
+        return False
+    lo, hi = torch.aminmax(q)  # one pass over q, no temporary
+    return max(-float(lo), float(hi)) * math.exp(span) < torch.finfo(q.dtype).max
 
 
 def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
@@ -69,10 +48,11 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
     N, and the only N-sized allocation is the output. The state entering the block is carried from the
     block before. A last chunk shorter than C is done on its own, so nothing is padded or copied.
 
-    With a gate, the decay inside a chunk is factored onto the queries and keys when every chunk's
-    total decay allows it (:func:`factor_bound`); the scores are then one matmul of scaled queries
-    and keys, as in the plain form. Otherwise (a gate near 0 somewhere) the exact decay matrix
-    exp(segment_sum(log gamma)) multiplies the scores, as in the vectorized form.
+    With a gate, the decay inside a chunk is factored onto the queries and keys when every chunk of
+    the call allows it (:func:`factor_bound`, checked once per call); the scores are then one matmul
+    of scaled queries and keys, as in the plain form. Otherwise (a gate near 0 somewhere, or queries
+    too large for the dtype) the exact decay matrix exp(segment_sum(log gamma)) multiplies the
+    scores, as in the vectorized form.
     q, k: (B', N, D_k); v: (B', N, D_v); log_g: (B', N) or None (no gate) -> (B', N, D_v).
     """
     nb, n, d_k = q.shape
@@ -98,7 +78,7 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
     if gated:
         q_buf = work[3].view(p_max, c, d_k)  # (P, C, D_k): scaled queries
         k_buf = work[4].view(p_max, c, d_k)  # (P, C, D_k): scaled keys
-        factored = _spans_fit(log_g, c, full, dt)
+        factored = _spans_fit(log_g, c, full, q)
     for b in range(nb):
         states[0].zero_()  # M = 0 before the first chunk
         for c0 in range(0, full, p_max):
@@ -110,7 +90,8 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
             if log_g is None:
                 s = torch.bmm(qb, kb.mT, out=scores[:p]).tril_()  # (P, C, C): tril(Q_c K_c^T)
                 torch.bmm(s, vb, out=yb)  # intra-chunk part
-                _prefix_sum_into(st, torch.bmm(kb.mT, vb, out=kv[:p]))  # st[i] = M entering chunk i
+                st[1:].copy_(torch.bmm(kb.mT, vb, out=kv[:p]))  # st[i + 1] = K_i^T V_i
+                st.cumsum_(0)  # st[i] = state entering chunk i of the block; st[p] leaves the block
                 yb.baddbmm_(qb, st[:p])  # y += Q_c M_{c-1}
             else:
                 cum = log_g[b, rows].view(p, c).cumsum(-1)  # (P, C): l_i, log decay from the chunk start

@@ -117,7 +117,7 @@ def _forward(q, k, v, causal, block_q, block_k, scale):
         l[:, i:].mul_(alpha).add_(p.sum(dim=-1))
         acc[:, i:].mul_(alpha[..., None]).add_(torch.matmul(p.to(v.dtype), v[:, k0:k1]))
         m[:, i:] = m_new
-        if k1 >= (w1 if causal else n):  # the wave's last key block: normalise
+        if k1 >= (w1 if causal else n):  # the wave's last key block: normalize
             out[:, w0:w1] = acc / l[..., None]
             lse[:, w0:w1] = m + torch.log(l)
     return out, lse

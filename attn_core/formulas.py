@@ -245,12 +245,14 @@ def fit_values() -> dict[str, sp.Expr]:
 
     The rank is one of N_d (data) x t (tensor) x c (context) parallel ranks: activations as
     :func:`per_rank_items`, weights, gradients and optimizer state of :func:`per_rank_params`
-    parameters, sharded over the N_d data-parallel ranks by ZeRO. ``n_max``: the longest N whose
+    parameters, sharded by ZeRO over the N_d c ranks that hold the same weights (the data- and
+    context-parallel ranks, as Megatron-Core's distributed optimizer and FSDP with context
+    parallelism shard them). ``n_max``: the longest N whose
     total fits (0 when the state alone does not), the positive root of
     L (a_2 N^2 + a_1 N) + state = M, solved by SymPy.
     """
     items = {k: e.subs(u_mask, 1) for k, e in per_rank_items().items()}  # 1-byte masks, as on CUDA
-    state = {k: e.subs(P_w, per_rank_params()) for k, e in training_state().items()}
+    state = {k: e.subs({P_w: per_rank_params(), N_d: N_d * c}) for k, e in training_state().items()}
     layer = sum(items.values())
     act = L * layer
     st = sum(state.values())

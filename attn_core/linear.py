@@ -29,10 +29,11 @@ The delta rule and the gated delta rule live in :mod:`attn_core.delta` and are r
 
 Decays are handled in log space, log D[t, s] = sum_{r=s+1..t} log gamma_r,
 summed without subtracting two large prefix sums, so gamma as small as 1e-30
-neither underflows early nor loses precision. The one exception is the no-grad blocked path:
-when every chunk's total decay is small enough that nothing can overflow
-(:func:`attn_core._blocked.factor_bound`), it factors the decay inside a chunk onto the queries
-and keys, and the scores become one plain matrix product; otherwise it too uses the segment sums.
+neither underflows early nor loses precision. The one exception is the no-grad blocked path of a
+scalar gate: when every chunk's total decay is within :func:`attn_core._blocked.factor_bound` and
+the queries are small enough that the scaled ones stay finite (checked once per call), it factors
+the decay inside a chunk onto the queries and keys, and the scores become one plain matrix
+product; otherwise it too uses the segment sums.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "factor_bound",
     "DEFAULT_CHUNK",
     "DEFAULT_GATED_CHUNK",
+    "DEFAULT_VECTOR_GATED_CHUNK",
     "delta_rule_recurrent",
     "delta_rule_chunked",
     "gated_delta_rule_recurrent",
@@ -64,11 +66,13 @@ __all__ = [
 ]
 
 # Default chunk sizes C, each the fastest of C = 16 ... 128 in `make bench` (bench/run.py) on
-# a 2-core CPU at N = 2K ... 32K, D = 64 (geometric mean over N). Since the gated form's
-# no-grad path factors its decay onto queries and keys when the gates allow it
-# (attn_core._blocked), it has no C x C decay matrix to pay for there and shares the plain one's C.
+# a 2-core CPU at N = 2K ... 32K, D = 64 (geometric mean over N), plain and scalar-gated forms
+# without autograd (the scalar-gated one also with autograd at N = 4K). A vector gate builds a
+# (C, C, D_k) decay tensor per chunk, whose work grows with C: without autograd at N = 4K its
+# chunked form took 0.20 s with C = 16, 0.37 s with C = 32 and 0.79 s with C = 64.
 DEFAULT_CHUNK = 64
 DEFAULT_GATED_CHUNK = 64
+DEFAULT_VECTOR_GATED_CHUNK = 16
 SCAN_BLOCK = 16  # chunks per block of _chunk_states' scan (also the fastest by measurement)
 # Tokens per block of the chunked forms' no-grad path: every temporary holds one block, whatever N is,
 # so each call reuses a few small buffers instead of asking the allocator for N-sized ones.
@@ -116,6 +120,13 @@ def _is_vector_gate(gamma: torch.Tensor, q: torch.Tensor) -> bool:
 
 def _check_chunk(chunk) -> int:
     return _checks.positive_int("chunk", chunk)
+
+
+def _gated_chunk(chunk, gamma: torch.Tensor, q: torch.Tensor) -> int:
+    """The chunk size of a gated form: the one given, or the default for a scalar or a vector gate."""
+    if chunk is None:
+        return DEFAULT_VECTOR_GATED_CHUNK if _is_vector_gate(gamma, q) else DEFAULT_GATED_CHUNK
+    return _check_chunk(chunk)
 
 
 def _log_gamma(gamma: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -365,7 +376,7 @@ def _vector_gate_chunk(qc, kc, vc, log_g):
 
 
 def gated_linear_attention_chunked_loop(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int = DEFAULT_GATED_CHUNK
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int | None = None
 ) -> torch.Tensor:
     """Chunked gated form, readable version with a loop over chunks.
 
@@ -378,7 +389,7 @@ def gated_linear_attention_chunked_loop(
     """
     n, d_k, d_v = _checks.qkv(q, k, v)
     gamma = _check_gamma(gamma, q, vector_ok=True)
-    chunk = _check_chunk(chunk)
+    chunk = _gated_chunk(chunk, gamma, q)
     vector = _is_vector_gate(gamma, q)
     log_g = _log_gamma(gamma, q.dtype)  # (..., N) or (..., N, D_k)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
@@ -417,7 +428,7 @@ def _vector_chunk_states(log_a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def gated_linear_attention_chunked(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int = DEFAULT_GATED_CHUNK
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int | None = None
 ) -> torch.Tensor:
     """Chunked gated form, vectorized over chunks (no Python loop).
 
@@ -427,11 +438,12 @@ def gated_linear_attention_chunked(
     :func:`_chunk_states` as small matmuls over the chunk axis (Mamba-2's SSD), in blocks so
     the cost stays linear in N. A vector gate (..., N, D_k) runs the same per key dimension,
     its decays inside a chunk exact in log space (a (C, C, D_k) tensor per chunk).
-    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v).
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v);
+    chunk None: DEFAULT_GATED_CHUNK for a scalar gate, DEFAULT_VECTOR_GATED_CHUNK for a vector one.
     """
     n, _, d_v = _checks.qkv(q, k, v)
     gamma = _check_gamma(gamma, q, vector_ok=True)
-    chunk = _check_chunk(chunk)
+    chunk = _gated_chunk(chunk, gamma, q)
     c = min(chunk, n)
     dt = q.dtype
     if _is_vector_gate(gamma, q):

@@ -397,8 +397,11 @@ CHUNKED = [name for name in ALL_NAMES if "chunked" in name]
 @pytest.mark.parametrize("chunk", [0, -1, 2.5, "16", None], ids=["0", "-1", "2.5", "str", "None"])
 @pytest.mark.parametrize("name", CHUNKED)
 def test_rejects_bad_chunk(name, chunk):
-    """chunk <= 0 or not an integer raises ValueError naming chunk."""
+    """chunk <= 0 or not an integer raises ValueError naming chunk (None: the gated forms' default)."""
     q = torch.zeros(5, 7)
+    if chunk is None and name.startswith("gated"):
+        assert _call(name, q, q, q, chunk=chunk).shape == (5, 7)
+        return
     with pytest.raises(ValueError, match="chunk must be a positive integer"):
         _call(name, q, q, q, chunk=chunk)
 
@@ -642,7 +645,7 @@ def test_blocked_gated_factors_the_decay_only_within_its_bound(monkeypatch, over
     gamma = torch.full((2, n), math.exp(-span / c), dtype=torch.float64)
     q, k, v = make_qkv((2,), n, 7, 5, seed=29)
     log_g = torch.log(gamma.float())
-    assert blocked._spans_fit(log_g, c, n // c, torch.float32) is (not over)
+    assert blocked._spans_fit(log_g, c, n // c, q.float()) is (not over)
     out = lin.gated_linear_attention_chunked(q.float(), k.float(), v.float(), gamma.float(), c)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), linear_attention_reference(q, k, v, gamma), **F32)
@@ -655,5 +658,61 @@ def test_blocked_gated_path_choice_for_the_tests_gates():
     scalar = torch.log(make_gamma((3, 101), seed=26))
     tiny = torch.log(torch.where(torch.rand(3, 101, generator=torch.Generator().manual_seed(27)) < 0.3,
                                  1e-30, 0.9).double())
-    assert _spans_fit(scalar, 8, 101 // 8, torch.float64)
-    assert not _spans_fit(tiny, 8, 101 // 8, torch.float64)
+    q = make_qkv((3,), 101, 7, 5, seed=25)[0]
+    assert _spans_fit(scalar, 8, 101 // 8, q)
+    assert not _spans_fit(tiny, 8, 101 // 8, q)
+
+
+def test_blocked_gated_float16_large_queries_stay_finite(monkeypatch):
+    """float16 (max 65504): a chunk of 64 gates of 0.96 decays by e^-2.61, within the bound e^-2.77,
+    but the factor e^2.61 = 13.6 on a query entry of 5000 would overflow; the blocked path checks the
+    queries' size, takes the exact form, and equals the float64 definition to float16 rounding."""
+    import attn_core._blocked as blocked
+    import attn_core.linear as lin
+
+    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    n, c = 200, 64
+    q = torch.full((1, n, 4), 5000.0, dtype=torch.float64)
+    k = torch.full((1, n, 4), 1e-3, dtype=torch.float64)
+    v = torch.ones(1, n, 3, dtype=torch.float64)
+    gamma = torch.full((1, n), 0.96, dtype=torch.float64)
+    span = c * math.log(1 / 0.96)
+    assert span < blocked.factor_bound(torch.float16) and 5000 * math.exp(span) > 65504
+    assert not blocked._spans_fit(torch.log(gamma.float()), c, n // c, q.half())
+    assert blocked._spans_fit(torch.log(gamma.float()), c, n // c, q.half() / 10)  # 500: it would factor
+    out = lin.gated_linear_attention_chunked(q.half(), k.half(), v.half(), gamma.half(), c)
+    assert torch.isfinite(out).all()
+    ref = linear_attention_reference(q, k, v, gamma)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-3, atol=1e-2)
+
+
+def test_blocked_gated_one_strong_chunk_sends_the_call_to_the_exact_form(monkeypatch):
+    """The choice is made once per call: one chunk that forgets more than the bound, among mild ones,
+    makes the whole call exact; both calls equal the definition."""
+    import attn_core._blocked as blocked
+    import attn_core.linear as lin
+
+    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    n, c = 200, 8
+    q, k, v = make_qkv((2,), n, 5, 4, seed=31)
+    gamma = make_gamma((2, n), seed=32, low=0.9)
+    assert blocked._spans_fit(torch.log(gamma), c, n // c, q)
+    gamma[1, 40:48] = 1e-3  # one chunk of the second sequence: 8 ln 1000 = 55 > 22.2 (float32)
+    assert not blocked._spans_fit(torch.log(gamma.float()), c, n // c, q.float())
+    out = lin.gated_linear_attention_chunked(q.float(), k.float(), v.float(), gamma.float(), c)
+    torch.testing.assert_close(out.double(), linear_attention_reference(q, k, v, gamma), **F32)
+
+
+def test_gated_default_chunk_depends_on_the_gate():
+    """chunk=None: the scalar gate's default, or the vector gate's smaller one (its decay tensor
+    grows with C); both equal an explicit chunk of that size."""
+    import attn_core.linear as lin
+
+    q, k, v = make_qkv((2,), 70, 5, 4, seed=33)
+    scalar, vector = make_gamma((2, 70), seed=34), make_gamma((2, 70, 5), seed=35)
+    assert lin._gated_chunk(None, scalar, q) == lin.DEFAULT_GATED_CHUNK
+    assert lin._gated_chunk(None, vector, q) == lin.DEFAULT_VECTOR_GATED_CHUNK
+    explicit = lin.gated_linear_attention_chunked(q, k, v, vector, lin.DEFAULT_VECTOR_GATED_CHUNK)
+    torch.testing.assert_close(lin.gated_linear_attention_chunked(q, k, v, vector), explicit)
+    with pytest.raises(ValueError, match="chunk"):
+        lin.gated_linear_attention_chunked(q, k, v, scalar, 0)

@@ -238,7 +238,8 @@ def test_fit_values_equal_library(state):
     # the training state is linear in the parameters: the split ones' share plus the replicated ones'
     def state_of(n):
         return training.training_state_bytes(n, precision=state["precision"], optimizer=state["optimizer"],
-                                             zero_stage=state["zero_stage"], dp_ranks=state["dp_ranks"])
+                                             zero_stage=state["zero_stage"],
+                                             dp_ranks=state["dp_ranks"] * state["cp"])  # DP x CP ranks
 
     split, rep = state_of(state["params"] - state["params_replicated"]), state_of(state["params_replicated"])
     st = {k: Fraction(split[k]) / state["tp"] + rep[k] for k in split}

@@ -23,15 +23,20 @@ class FitWidget(_LedgerWidget):
     zero_stage=1, dp_ranks=8, tp=1, sequence_parallel=False, cp=1, recompute="selective",
     attention="fused", dropout=False, mem_gib=80)``
 
-    The rank is one of ``dp_ranks`` x ``tp`` x ``cp`` ranks. Data parallelism (with ZeRO) shards
-    the training state; tensor parallelism of degree ``tp`` splits every matrix and the activations
-    of the rank's H/tp heads and F/tp FFN columns (``tp`` must divide H, H_kv and F), and with
-    ``sequence_parallel`` the norms' and residual activations along N as well; context parallelism
-    of degree ``cp`` splits the sequence (every activation item by cp). The formulas are
-    :func:`attn_core.formulas.per_rank_items` and :func:`~attn_core.formulas.per_rank_params`
-    (as :func:`attn_core.parallel.per_rank_activations`, measured on real ranks in chapter 11).
+    The rank is one of ``dp_ranks`` x ``tp`` x ``cp`` ranks. ZeRO shards the training state over
+    the ``dp_ranks`` x ``cp`` ranks that hold the same weights (context-parallel ranks hold the
+    whole model, as data-parallel ones do, and Megatron-Core's distributed optimizer shards over
+    both). Tensor parallelism of degree ``tp`` splits every matrix and the activations of the
+    rank's H/tp heads and F/tp FFN columns (``tp`` must divide H, H_kv and F, as Megatron-Core
+    requires), and with ``sequence_parallel`` the norms' and residual activations along N as well;
+    context parallelism of degree ``cp`` gives the rank N/cp tokens (every activation item / cp;
+    with eager attention that keeps N/cp rows of each N x N item, where a ring with a fused kernel
+    keeps none). The formulas are :func:`attn_core.formulas.per_rank_items` and
+    :func:`~attn_core.formulas.per_rank_params` (the rule of
+    :func:`attn_core.parallel.per_rank_activations`; on a bias-free block with full heads it
+    gives the bytes real TP and TP+SP ranks save and the weights they hold, tests/test_parallel.py).
     When tp (with sequence parallelism) or cp does not divide N, the values are the average over
-    the ranks (their shares differ by a token).
+    the ranks (their shares differ by a token). Not modelled: pipeline parallelism.
 
     A preset menu (the models of :data:`attn_core.kv_cache.MODELS` whose blocks
     :func:`attn_core.ledger.block_ledger` describes) sets the parameter count
