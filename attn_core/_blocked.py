@@ -50,9 +50,9 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
 
     With a gate, the decay inside a chunk is factored onto the queries and keys when every chunk of
     the call allows it (:func:`factor_bound`, checked once per call); the scores are then one matmul
-    of scaled queries and keys, as in the plain form. Otherwise (a gate near 0 somewhere, or queries
-    too large for the dtype) the exact decay matrix exp(segment_sum(log gamma)) multiplies the
-    scores, as in the vectorized form.
+    of scaled queries and keys, as in the plain form. Otherwise (a chunk that forgets more than
+    factor_bound allows, e^-22.2 in float32, or queries too large for the dtype) the exact decay
+    matrix exp(segment_sum(log gamma)) multiplies the scores, as in the vectorized form.
     q, k: (B', N, D_k); v: (B', N, D_v); log_g: (B', N) or None (no gate) -> (B', N, D_v).
     """
     nb, n, d_k = q.shape
@@ -79,13 +79,13 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
         q_buf = work[3].view(p_max, c, d_k)  # (P, C, D_k): scaled queries
         k_buf = work[4].view(p_max, c, d_k)  # (P, C, D_k): scaled keys
         factored = _spans_fit(log_g, c, full, q)
-    for b in range(nb):
+    for seq in range(nb):
         states[0].zero_()  # M = 0 before the first chunk
         for c0 in range(0, full, p_max):
             p = min(p_max, full - c0)
             rows = slice(c0 * c, (c0 + p) * c)
-            qb, kb, vb = (x[b, rows].unflatten(0, (p, c)) for x in (q, k, v))  # (P, C, D) views
-            yb = y[b, rows].unflatten(0, (p, c))  # (P, C, D_v), a view of the output
+            qb, kb, vb = (x[seq, rows].unflatten(0, (p, c)) for x in (q, k, v))  # (P, C, D) views
+            yb = y[seq, rows].unflatten(0, (p, c))  # (P, C, D_v), a view of the output
             st = states[: p + 1]  # st[0] holds the state entering this block
             if log_g is None:
                 s = torch.bmm(qb, kb.mT, out=scores[:p]).tril_()  # (P, C, C): tril(Q_c K_c^T)
@@ -94,7 +94,7 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
                 st.cumsum_(0)  # st[i] = state entering chunk i of the block; st[p] leaves the block
                 yb.baddbmm_(qb, st[:p])  # y += Q_c M_{c-1}
             else:
-                cum = log_g[b, rows].view(p, c).cumsum(-1)  # (P, C): l_i, log decay from the chunk start
+                cum = log_g[seq, rows].view(p, c).cumsum(-1)  # (P, C): l_i, log decay from the chunk start
                 last = cum[:, -1:]  # (P, 1): l_C, the chunk's total
                 # keys scaled to the chunk's end, e^(l_C - l_j) <= 1: what each key writes into the state
                 k_out = torch.mul(kb, torch.exp(last - cum).to(dt)[..., None], out=k_buf[:p])  # (P, C, D_k)
@@ -102,7 +102,7 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
                     q_s = torch.mul(qb, torch.exp(cum - last).to(dt)[..., None], out=q_buf[:p])
                     s = torch.bmm(q_s, k_out.mT, out=scores[:p]).tril_()  # (P, C, C)
                 else:  # exact: the decay matrix from segment sums, 0 above the diagonal
-                    decay = _decay_matrix(log_g[b, rows].view(p, c)).to(dt)  # (P, C, C)
+                    decay = _decay_matrix(log_g[seq, rows].view(p, c)).to(dt)  # (P, C, C)
                     s = torch.bmm(qb, kb.mT, out=scores[:p]).mul_(decay)
                 torch.bmm(s, vb, out=yb)  # intra-chunk part
                 u = torch.bmm(k_out.mT, vb, out=kv[:p])  # (P, D_k, D_v): U_i
@@ -117,14 +117,14 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
             states[0].copy_(st[p])  # the carry for the next block
         if full * c < n:  # the last, shorter chunk
             rows = slice(full * c, n)
-            qt, kt, vt = q[b, rows], k[b, rows], v[b, rows]  # (r, D)
+            qt, kt, vt = q[seq, rows], k[seq, rows], v[seq, rows]  # (r, D)
             carry = states[0]
             if log_g is None:
-                torch.mm(torch.mm(qt, kt.T).tril_(), vt, out=y[b, rows])
-                y[b, rows].addmm_(qt, carry)
+                torch.mm(torch.mm(qt, kt.T).tril_(), vt, out=y[seq, rows])
+                y[seq, rows].addmm_(qt, carry)
             else:
-                lg = log_g[b, rows]  # (r,)
+                lg = log_g[seq, rows]  # (r,)
                 st_in = torch.exp(lg.cumsum(-1)).to(dt)[:, None]  # (r, 1)
-                torch.mm(torch.mm(qt, kt.T).mul_(_decay_matrix(lg).to(dt)), vt, out=y[b, rows])
-                y[b, rows].addmm_(qt * st_in, carry)
+                torch.mm(torch.mm(qt, kt.T).mul_(_decay_matrix(lg).to(dt)), vt, out=y[seq, rows])
+                y[seq, rows].addmm_(qt * st_in, carry)
     return y

@@ -293,8 +293,9 @@ def mha_forward(
     """The eager attention layer of the memory ledger, one explicit op per line.
 
     x: (B, N, d); weights (d, d), used as ``x @ w``. This is the layer whose
-    saved tensors chapter 5 measures: every intermediate is a real tensor, as
-    in Hugging Face's "eager" attention, with dropout on the weights P.
+    saved tensors chapter 5 measures: every intermediate is a real tensor, with
+    dropout on the weights P. (Hugging Face's "eager" attention is written the same way
+    but takes the softmax in float32, so for 16-bit inputs it also keeps a float32 P.)
     Returns (B, N, d).
     """
     _checks.tensor("x", x, min_dim=3)

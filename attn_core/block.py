@@ -346,7 +346,8 @@ def measure_block_flops(B: int, N: int, d_model: int, H: int, **options) -> dict
     """Matmul FLOPs of one training step of the block (forward, then backward with any recomputation).
 
     Counted by PyTorch's ``FlopCounterMode`` on the meta device: ``{"forward": ..., "backward": ...}``;
-    backward includes the recomputed forward of "selective" or "full".
+    backward includes what the checkpoint of "selective" or "full" recomputes (it stops once every
+    tensor backward needs is back: without dropout after the FFN, "full" skips the last matmul).
     """
     from torch.utils.flop_counter import FlopCounterMode
 

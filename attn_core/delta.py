@@ -209,7 +209,7 @@ def gated_delta_rule_chunked(
         into = torch.exp(ell).to(dt)[..., None]  # (B', N/C, C, 1): decay of the entering state at i
         out_of = torch.exp(ell[..., -1:] - ell).to(dt)[..., None]  # (B', N/C, C, 1): from j to the chunk end
         end = torch.exp(ell[..., -1]).to(dt)[..., None, None]  # (B', N/C, 1, 1): the whole chunk
-    # the UT transform: (I + A) [U0 | W] = [diag(beta) V | diag(beta e^b) K], A strictly lower
+    # the UT transform: (I + A) [U0 | W] = [diag(beta) V | diag(beta e^l) K], A strictly lower
     # triangular: (I + A)^-1 for all chunks at once, then one product for both right-hand sides
     lower = torch.ones(c, c, dtype=dt, device=q.device).tril()  # (C, C): 1 on and below the diagonal
     k_beta = kc * bc[..., None]  # (B', N/C, C, D_k): beta_i k_i

@@ -8,14 +8,15 @@ new block raises the maximum, the old sum and output are rescaled by exp(m_old -
 Backward recomputes P tile by tile from the saved logsumexp lse = m + log l, so autograd
 keeps q, k, v, the output and lse: memory linear in N.
 
-On a GPU every query block of ``block_q`` rows is one thread block, and all run at once;
+On a GPU every query block of ``block_q`` rows is one thread block, scheduled in parallel
+across the multiprocessors (in waves when there are more blocks than multiprocessors);
 here the query blocks are the rows of one batched matmul (the same arithmetic), and the
 loop over key blocks is the loop each thread block runs. With ``causal=True`` a tile whose
 every key comes after its every query is skipped: :func:`flash_tile_counts` counts the
 tiles and FLOPs done and skipped, exactly as :func:`flash_attention` does them.
 
 :func:`flash_io_bytes` is the I/O ledger of the FlashAttention paper's Algorithm 1 for
-an on-chip memory of ``sram_bytes`` (M_SRAM): Theta(N^2 D^2 / M_SRAM) bytes moved,
+an on-chip memory of ``sram_bytes`` (M_SRAM): Theta(N^2 D^2 b^2 / M_SRAM) bytes moved,
 against eager attention's Theta(N D + N^2) (:func:`eager_io_bytes`).
 """
 
@@ -55,7 +56,7 @@ def _check(q, k, v, block_q, block_k, scale):
     return n, block_q, block_k
 
 
-# A wave: the query blocks processed together, like the thread blocks a GPU runs at once.
+# A wave: the query blocks processed together, like the thread blocks a GPU's multiprocessors run at once.
 # Its tiles hold about _WAVE_VALUES scores (512 KiB in fp32), so they stay in a CPU's cache;
 # the arithmetic does not depend on it.
 _WAVE_VALUES = 1 << 17

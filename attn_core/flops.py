@@ -24,7 +24,8 @@ and low-rank projections (MLA): :func:`model_layer_flops` counts a
     linear = 2 N (attention projection weights + FFN weights),
     quadratic = 2 N^2 H (D_qk + D_v),
 
-so Llama 3 8B's crossover is 26,624 tokens, not the 29,696 of 24 N d^2.
+so Llama 3 8B's crossover is 26,624 tokens: not the 24,576 (6 d) of 24 N d^2, nor the 29,696
+of the same projections counted as d x d (MHA) with its SwiGLU FFN.
 The same formulas are SymPy expressions in :mod:`attn_core.formulas`.
 """
 

@@ -159,8 +159,12 @@ def kv_cache_bytes(n_kv: sp.Expr | None = None) -> sp.Expr:
 
 
 def linear_state_bytes() -> sp.Expr:
-    """Linear attention's recurrent state: L H D_k D_v values per sequence, whatever N."""
-    return B * L * H * D_k * D_v * b
+    """Linear attention's recurrent state: L H_kv D_k D_v values per sequence, whatever N.
+
+    One state per key/value head: query heads that share a key and value head share its state
+    M_t = sum k v^T (as :func:`attn_core.kv_cache.linear_state_bytes` with ``num_heads=H_kv``).
+    """
+    return B * L * H_kv * D_k * D_v * b
 
 
 def block_items() -> dict[str, sp.Expr]:
@@ -223,14 +227,16 @@ def per_rank_items() -> dict[str, sp.Expr]:
     """:func:`block_items` on one rank of t-way tensor and c-way context parallelism (bytes).
 
     Items of :data:`attn_core._tables.TP_SPLIT_ITEMS` (a rank's H/t heads, F/t FFN columns) are
-    divided by t; the rest by t only with sequence parallelism (``s_sp = 1``); every item by c
-    (a rank keeps its N/c tokens: N/c rows of each N x N item). As
-    :func:`attn_core.parallel.per_rank_activations`.
+    divided by t; the rest by t only with sequence parallelism (``s_sp = 1``). A rank of c-way
+    context parallelism keeps its N/c tokens: every item / c (N/c rows of each N x N item), except
+    K and V under eager attention (``e_fused = 0``), whose N tokens its queries' backward needs; a
+    ring with a fused kernel keeps only its own N/c. As :func:`attn_core.parallel.per_rank_activations`.
     """
     out = {}
     for name, e in block_items().items():
         tp = t if name in _tables.TP_SPLIT_ITEMS else 1 + s_sp * (t - 1)
-        out[name] = e / (tp * c)
+        cp = 1 + e_fused * (c - 1) if name in ("K", "V") else c  # c when fused, 1 when eager
+        out[name] = e / (tp * cp)
     return out
 
 

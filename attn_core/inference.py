@@ -37,11 +37,15 @@ __all__ = [
 ]
 
 #: Published peak figures of one current GPU (NVIDIA H100 SXM5 datasheet): dense BF16 tensor-core
-#: FLOP/s (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), HBM3 bytes/s, and
-#: shared memory per SM (configurable up to 228 KB).
+#: FLOP/s (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), FP32 on the CUDA
+#: cores, dense TF32 tensor-core FLOP/s (989 with sparsity), HBM3 bytes/s and capacity, and shared
+#: memory per SM (configurable up to 228 KB).
 H100_SXM = {
     "name": "NVIDIA H100 SXM",
     "bf16_flops": 989e12,
+    "fp32_flops": 67e12,
+    "tf32_flops": 989e12 / 2,
+    "memory_bytes": 80e9,
     "bandwidth": 3.35e12,
     "smem_per_sm": 228 * 1024,
     "source": "https://www.nvidia.com/en-us/data-center/h100/",
@@ -68,8 +72,9 @@ def layer_ops(model: ModelConfig, seq_len: int, phase: str = "prefill", batch: i
 
     phase "prefill": ``batch`` sequences of ``seq_len`` tokens at once, causal (half the
     scores). phase "decode": one new token per sequence against a cache of ``seq_len`` tokens.
-    Bytes count each operand read once and each result written once (a fused attention
-    kernel: no N x N matrix in memory), ``bytes_per_value`` each. ``num_kv_heads`` overrides
+    Bytes count each operand read once and each result written once: the minimum traffic (a
+    fused attention kernel keeps no N x N matrix in memory, but it re-reads tiles: see
+    :func:`attn_core.flash.flash_io_bytes`), ``bytes_per_value`` each. ``num_kv_heads`` overrides
     H_kv (MHA: H, GQA: H / G, MQA: 1). MLA models are not modelled here.
     """
     if model.is_mla:
@@ -167,9 +172,9 @@ def serving(model: ModelConfig, seq_len: int, batch: int = 1, bandwidth: float =
     ``L * (attention_params + ffn_params)``; embeddings, norms and the output head left out)
     and every sequence's KV cache. Returns ``weight_bytes``, ``kv_bytes`` (per sequence),
     ``bytes_per_step``, ``bytes_per_token`` (per generated token: the step's bytes over the
-    batch), ``tokens_per_s`` (per sequence, at ``bandwidth`` bytes/s, if reading were all
-    the step did) and ``crossover_batch`` (weights / KV per sequence: the batch from which
-    the KV reads outweigh the weight reads).
+    batch), ``tokens_per_s`` (per sequence, at ``bandwidth`` bytes/s of one device holding the
+    whole model, if reading were all the step did) and ``crossover_batch`` (weights / KV per
+    sequence: the batch from which the KV reads outweigh the weight reads).
     """
     n = _checks.positive_int("seq_len", seq_len)
     batch = _checks.positive_int("batch", batch)

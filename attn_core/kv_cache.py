@@ -6,8 +6,8 @@ D_k x D_v state per head instead: a size that does not grow.
 
     KV bytes per token = 2 (K and V) * L * H_kv * D * b
 
-``MODELS`` holds presets of real models; every number is copied from the
-model's published ``config.json`` (the ``source`` field says which).
+``MODELS`` holds presets of real models, every number copied from the model's published
+``config.json`` (the ``source`` field says which), and the book's worked example.
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ def linear_state_bytes(
 ) -> int:
     """Bytes of the recurrent state of linear attention: L * H * D_k * D_v * b per sequence.
 
-    It does not depend on the number of tokens seen. d_v defaults to d_k.
+    H is the number of states per layer: one per key/value head (query heads that share a key
+    and value head share its state M_t = sum k v^T). It does not depend on the number of tokens
+    seen. d_v defaults to d_k.
     """
     num_layers = _checks.positive_int("num_layers", num_layers)
     num_heads = _checks.positive_int("num_heads", num_heads)

@@ -20,9 +20,10 @@ Shapes: q, k (..., N, D_k); v (..., N, D_v); gamma (..., N) in (0, 1], or a vect
 (..., N, D_k) with as many dims as q (gated linear attention: M_t = diag(gamma_t) M_{t-1} + k_t v_t^T);
 outputs (..., N, D_v). Any leading batch dims, any N (not only multiples of C).
 
-Without autograd and with more tokens than one block (BLOCK_TOKENS), the chunked forms run block
-by block into reused buffers, so no temporary grows with N: under glibc's default malloc a call
-then asks the kernel for fresh pages only for its output. The library changes no process-wide
+Without autograd and with more tokens than one block (BLOCK_TOKENS), the plain and scalar-gated
+chunked forms run block by block into reused buffers, so no temporary but log gamma grows with N:
+under glibc's default malloc a call then asks the kernel for fresh pages mainly for its output.
+(A vector gate always runs the vectorized form.) The library changes no process-wide
 setting (allocator, threads, default dtype).
 
 The delta rule and the gated delta rule live in :mod:`attn_core.delta` and are re-exported here.
@@ -67,9 +68,10 @@ __all__ = [
 
 # Default chunk sizes C, each the fastest of C = 16 ... 128 in `make bench` (bench/run.py) on
 # a 2-core CPU at N = 2K ... 32K, D = 64 (geometric mean over N), plain and scalar-gated forms
-# without autograd (the scalar-gated one also with autograd at N = 4K). A vector gate builds a
-# (C, C, D_k) decay tensor per chunk, whose work grows with C: without autograd at N = 4K its
-# chunked form took 0.20 s with C = 16, 0.37 s with C = 32 and 0.79 s with C = 64.
+# without autograd; measured once by hand with autograd (forward and backward, N = 4K), the
+# scalar-gated one also took less at C = 64 (27 ms) than at C = 32 (35 ms). A vector gate builds a
+# (C, C, D_k) decay tensor per chunk, whose work grows with C: measured once by hand without
+# autograd at N = 4K, its chunked form took 0.20 s with C = 16, 0.37 s at 32 and 0.79 s at 64.
 DEFAULT_CHUNK = 64
 DEFAULT_GATED_CHUNK = 64
 DEFAULT_VECTOR_GATED_CHUNK = 16
@@ -144,7 +146,8 @@ def segment_sum(x: torch.Tensor) -> torch.Tensor:
     x: (..., T) -> (..., T, T); the diagonal is 0 and entries above it
     (s > t) are -inf, so ``exp(segment_sum(log gamma))`` is the decay matrix
     D of the gated parallel form. Each entry is a cumulative sum of the terms
-    it covers, not a difference of two prefix sums, so it stays exact for
+    it covers, not a difference of two prefix sums, so it keeps full relative precision (no
+    cancellation) for
     very negative logs (Mamba-2's ``segsum``).
     """
     t = x.shape[-1]
@@ -222,7 +225,8 @@ def causal_linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.
     """Parallel form: Y = ((Q K^T) * M) V with M the lower-triangular 0/1 mask.
 
     q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v). O(N^2 D) like
-    softmax attention, but one batched matmul: the training form.
+    softmax attention, in two matmuls: the form to write down first (training uses the
+    chunked form).
     """
     n, _, _ = _checks.qkv(q, k, v)
     mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()  # (N, N)
@@ -265,8 +269,10 @@ def causal_linear_attention_chunked_loop(
 def causal_linear_attention_chunked(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int = DEFAULT_CHUNK
 ) -> torch.Tensor:
-    """Chunked form, vectorized over chunks (no Python loop).
+    """Chunked form, vectorized over chunks (no Python loop over chunks).
 
+    Without autograd and with more than BLOCK_TOKENS tokens in all it runs the same maths block
+    by block instead (``attn_core._blocked``: a loop over sequences and blocks, bounded buffers).
     The same algorithm as :func:`causal_linear_attention_chunked_loop`: every chunk's
     K_c^T V_c comes from one batched matmul, and the state chunk c reads,
     M_{c-1} = sum_{c' < c} K_{c'}^T V_{c'}, is their exclusive prefix sum over the chunk
@@ -283,7 +289,7 @@ def causal_linear_attention_chunked(
         flat = [x.expand(*lead, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (q, k, v)]  # (B', N, D)
         return _blocked_chunked(*flat, None, c, BLOCK_TOKENS).view(*lead, n, d_v)
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
-    b, t = qc.shape[:2]
+    nb, t = qc.shape[:2]  # sequences B', chunks N/C
     qc, kc, vc = qc.flatten(0, 1), kc.flatten(0, 1), vc.flatten(0, 1)  # (B' N/C, C, D): one batch dim
     y = (qc @ kc.mT).tril_() @ vc  # (B' N/C, C, D_v): tril(Q_c K_c^T) V_c, inside each chunk
     kv = kc.mT @ vc  # (B' N/C, D_k, D_v): each chunk's contribution K_c^T V_c
@@ -291,12 +297,12 @@ def causal_linear_attention_chunked(
     # K^T V), zero each sequence's first row, cumsum down the chunk axis in place. The rows get
     # 16 spare columns: a cumsum reading down a column 2^k bytes apart (16 KiB for D = 64)
     # thrashes the cache and is several times slower.
-    rows = kv.new_empty(b * t + 1, d_k * d_v + 16)  # (B' N/C + 1, D_k D_v + 16); spare columns unused
+    rows = kv.new_empty(nb * t + 1, d_k * d_v + 16)  # (B' N/C + 1, D_k D_v + 16); spare columns unused
     rows[1:, : d_k * d_v] = kv.flatten(-2)  # row r holds chunk r - 1's K^T V
     rows[::t] = 0.0  # rows 0, N/C, 2 N/C, ...: the first chunk of each sequence reads M = 0
     states = rows[:-1, : d_k * d_v]  # (B' N/C, D_k D_v)
-    states.view(b, t, d_k * d_v).cumsum_(1)  # (B', N/C, D_k D_v): M_{c-1}, in place
-    y.baddbmm_(qc, states.view(b * t, d_k, d_v))  # y += Q_c M_{c-1}, in place
+    states.view(nb, t, d_k * d_v).cumsum_(1)  # (B', N/C, D_k D_v): M_{c-1}, in place
+    y.baddbmm_(qc, states.view(nb * t, d_k, d_v))  # y += Q_c M_{c-1}, in place
     return y.view(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
 
 
@@ -357,22 +363,23 @@ def _vector_gate_chunk(qc, kc, vc, log_g):
     """One chunk (or a batch of chunks) under a vector gate, everything in log space.
 
     qc, kc: (..., C, D_k); vc: (..., C, D_v); log_g: (..., C, D_k), log gamma per key dimension.
-    With b_i = sum of log gamma from the chunk start to token i (a D_k vector):
-        intra_i = sum_{j<=i} sum_d q_id k_jd exp(b_id - b_jd) v_j,   (..., C, D_v)
-        q_in_i  = q_i * exp(b_i)          (reads the state entering the chunk)
-        k_out_j = k_j * exp(b_last - b_j) (writes into the state leaving it)
+    With l_i = sum of log gamma from the chunk start to token i (a D_k vector):
+        intra_i = sum_{j<=i} sum_d q_id k_jd exp(l_id - l_jd) v_j,   (..., C, D_v)
+        q_in_i  = q_i * exp(l_i)          (reads the state entering the chunk)
+        k_out_j = k_j * exp(l_C - l_j) (writes into the state leaving it)
     Every exponent is a sum of logs of gates <= 1, so it is <= 0: nothing overflows. (The factored
-    form (q_i * exp(b_i)) . (k_j * exp(-b_j)) needs exp(-b_j), which overflows once the gates since
-    the chunk start multiply below float32's 1e-38.) The exact decays cost a (C, C, D_k) tensor.
+    form (q_i * exp(l_i)) . (k_j * exp(-l_j)) needs exp(-l_j), which overflows once the gates since
+    the chunk start multiply below 1 / float32's largest value, 2.9e-39.) The exact decays cost a
+    (C, C, D_k) tensor.
     Returns (intra, q_in, k_out, log decay of the whole chunk (..., D_k)).
     """
     dt = qc.dtype
-    b = log_g.cumsum(-2)  # (..., C, D_k)
-    decay = _decay_matrix(log_g.mT).to(dt)  # (..., D_k, C, C): exp(b_i - b_j) per key dimension
+    ell = log_g.cumsum(-2)  # (..., C, D_k): l_i, log decay from the chunk start
+    decay = _decay_matrix(log_g.mT).to(dt)  # (..., D_k, C, C): exp(l_i - l_j) per key dimension
     scores = torch.einsum("...id,...jd,...dij->...ij", qc, kc, decay)  # (..., C, C), 0 above diagonal
-    q_in = qc * torch.exp(b).to(dt)  # (..., C, D_k)
-    k_out = kc * torch.exp(b[..., -1:, :] - b).to(dt)  # (..., C, D_k)
-    return scores @ vc, q_in, k_out, b[..., -1, :]
+    q_in = qc * torch.exp(ell).to(dt)  # (..., C, D_k)
+    k_out = kc * torch.exp(ell[..., -1:, :] - ell).to(dt)  # (..., C, D_k)
+    return scores @ vc, q_in, k_out, ell[..., -1, :]
 
 
 def gated_linear_attention_chunked_loop(
@@ -380,9 +387,9 @@ def gated_linear_attention_chunked_loop(
 ) -> torch.Tensor:
     """Chunked gated form, readable version with a loop over chunks.
 
-    Inside chunk c, b_i = sum of log gamma from the chunk start to token i:
-        y_i = sum_{j<=i in c} exp(b_i - b_j) (q_i . k_j) v_j + exp(b_i) M_{c-1}^T q_i
-        M_c = exp(b_last) M_{c-1} + sum_j exp(b_last - b_j) k_j v_j^T
+    Inside chunk c, l_i = sum of log gamma from the chunk start to token i:
+        y_i = sum_{j<=i in c} exp(l_i - l_j) (q_i . k_j) v_j + exp(l_i) M_{c-1}^T q_i
+        M_c = exp(l_C) M_{c-1} + sum_j exp(l_C - l_j) k_j v_j^T
     All exponents are <= 0, so nothing overflows. A vector gate (..., N, D_k) does the same per
     key dimension (see :func:`_vector_gate_chunk`).
     q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v).
@@ -399,18 +406,18 @@ def gated_linear_attention_chunked_loop(
     for s in range(0, n, chunk):
         qc, kc, vc = q[..., s:s + chunk, :], k[..., s:s + chunk, :], v[..., s:s + chunk, :]
         if vector:
-            intra, q_in, k_out, b_last = _vector_gate_chunk(qc, kc, vc, log_g[..., s:s + chunk, :])
+            intra, q_in, k_out, l_C = _vector_gate_chunk(qc, kc, vc, log_g[..., s:s + chunk, :])
             outs.append(intra + q_in @ state)
-            state = torch.exp(b_last).to(q.dtype)[..., :, None] * state + k_out.mT @ vc
+            state = torch.exp(l_C).to(q.dtype)[..., :, None] * state + k_out.mT @ vc
             continue
         g = log_g[..., s:s + chunk]  # (..., C)
-        b = torch.cumsum(g, dim=-1)  # (..., C): log decay from chunk start to i
+        ell = torch.cumsum(g, dim=-1)  # (..., C): log decay from chunk start to i
         decay = torch.exp(segment_sum(g)).to(q.dtype)  # (..., C, C)
         intra = ((qc @ kc.transpose(-2, -1)) * decay) @ vc  # (..., C, D_v)
-        inter = torch.exp(b).to(q.dtype)[..., None] * (qc @ state)  # (..., C, D_v)
+        inter = torch.exp(ell).to(q.dtype)[..., None] * (qc @ state)  # (..., C, D_v)
         outs.append(intra + inter)
-        to_end = torch.exp(b[..., -1:] - b).to(q.dtype)  # (..., C): decay from j to chunk end
-        state = torch.exp(b[..., -1]).to(q.dtype)[..., None, None] * state + (
+        to_end = torch.exp(ell[..., -1:] - ell).to(q.dtype)  # (..., C): decay from j to chunk end
+        state = torch.exp(ell[..., -1]).to(q.dtype)[..., None, None] * state + (
             kc * to_end[..., None]
         ).transpose(-2, -1) @ vc
     return torch.cat(outs, dim=-2)
@@ -430,14 +437,16 @@ def _vector_chunk_states(log_a: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 def gated_linear_attention_chunked(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor, chunk: int | None = None
 ) -> torch.Tensor:
-    """Chunked gated form, vectorized over chunks (no Python loop).
+    """Chunked gated form, vectorized over chunks (no Python loop over chunks).
 
-    Same maths as :func:`gated_linear_attention_chunked_loop`. The states passed between
-    chunks obey M_c = a_c M_{c-1} + U_c with a_c the chunk's total decay; their solution is a
-    weighted sum over earlier chunks with weights exp(segment_sum(log a)), computed by
-    :func:`_chunk_states` as small matmuls over the chunk axis (Mamba-2's SSD), in blocks so
-    the cost stays linear in N. A vector gate (..., N, D_k) runs the same per key dimension,
-    its decays inside a chunk exact in log space (a (C, C, D_k) tensor per chunk).
+    Same maths as :func:`gated_linear_attention_chunked_loop`. The states passed between chunks
+    obey M_c = a_c M_{c-1} + U_c with a_c the chunk's total decay; their solution is a weighted
+    sum over earlier chunks with weights exp(segment_sum(log a)), computed by
+    :func:`_chunk_states` as small matmuls over the chunk axis (Mamba-2's SSD), in blocks so the
+    cost stays linear in N. A vector gate (..., N, D_k) runs the same per key dimension, its
+    decays inside a chunk exact in log space (a (C, C, D_k) tensor per chunk). For a scalar gate
+    without autograd and with more than BLOCK_TOKENS tokens in all, the same maths runs block by
+    block instead (``attn_core._blocked``, which carries the state from chunk to chunk in a loop).
     q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v);
     chunk None: DEFAULT_GATED_CHUNK for a scalar gate, DEFAULT_VECTOR_GATED_CHUNK for a vector one.
     """
@@ -465,12 +474,12 @@ def gated_linear_attention_chunked(
     log_g = _to_chunks(_log_gamma(gamma, dt)[..., None], lead, c)[..., 0]  # (B', N/C, C)
     t = qc.shape[1]
 
-    b = torch.cumsum(log_g, dim=-1)  # (B', N/C, C): log decay from chunk start to i
-    to_end = torch.exp(b[..., -1:] - b).to(dt)  # (B', N/C, C): decay from j to chunk end
+    ell = torch.cumsum(log_g, dim=-1)  # (B', N/C, C): log decay from chunk start to i
+    to_end = torch.exp(ell[..., -1:] - ell).to(dt)  # (B', N/C, C): decay from j to chunk end
     u = (kc * to_end[..., None]).mT @ vc  # (B', N/C, D_k, D_v): U_c
     # state entering chunk c: sum_{c' < c} exp(log a_{c'+1} + ... + log a_{c-1}) U_{c'}
-    states = _chunk_states(b[..., -1], u)  # (B', N/C, D_k, D_v), 0 for c = 0
-    inter = (qc @ states).mul_(torch.exp(b).to(dt)[..., None])  # (B', N/C, C, D_v): exp(b_i) M_{c-1}^T q_i
+    states = _chunk_states(ell[..., -1], u)  # (B', N/C, D_k, D_v), 0 for c = 0
+    inter = (qc @ states).mul_(torch.exp(ell).to(dt)[..., None])  # (B', N/C, C, D_v): exp(l_i) M_{c-1}^T q_i
     scores = (qc @ kc.mT).mul_(_decay_matrix(log_g).to(dt))  # (B', N/C, C, C)
     inter.flatten(0, 1).baddbmm_(scores.flatten(0, 1), vc.flatten(0, 1))  # y = inter + scores @ vc, in place
     return inter.view(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)

@@ -164,9 +164,11 @@ _IN_PLACE_GEMMS = {torch.ops.aten.baddbmm_: _baddbmm_flop, torch.ops.aten.addmm_
 def count_flops(fn: Callable, *args, **kwargs) -> int:
     """FLOPs of ``fn(*args, **kwargs)`` as counted by PyTorch's ``FlopCounterMode``.
 
-    It counts matmul-like ops (mm, bmm, addmm, convolutions, SDPA, and here also the
-    in-place ``baddbmm_`` and ``addmm_``) at 2 FLOPs per multiply-accumulate, and nothing
-    else. Works on the meta device.
+    It counts matmul-like ops (mm, bmm, addmm, convolutions, and here also the in-place
+    ``baddbmm_`` and ``addmm_``) at 2 FLOPs per multiply-accumulate, and nothing else.
+    Scaled dot-product attention is counted only on a path the counter knows: the math path
+    (the meta device, or 3-D inputs on a CPU); PyTorch's fused CPU kernel for 4-D inputs
+    counts 0. Works on the meta device.
     """
     with FlopCounterMode(display=False, custom_mapping=_IN_PLACE_GEMMS) as counter:
         fn(*args, **kwargs)

@@ -6,7 +6,7 @@ The targets and the met column are for the developers and stay here: the book pa
 measurements.
 Shapes follow the book: fp32, B = 1, H = 4, D = 64. Every ratio is measured side by side in
 this run: the calls being compared are interleaved and each keeps its median, so a busy
-machine slows both sides alike. About half a minute on 2 cores.
+machine slows both sides alike. Under a minute on 2 cores.
 
 Memory allocator. glibc's malloc hands every allocation of 32 MiB or more, and, as its
 thresholds move, many smaller ones, fresh pages from the kernel and gives them back on free; on
@@ -170,6 +170,19 @@ def flops_fraction(n: int = 32768) -> dict:
     achieved, dense = flops / t["chunked"], 2 * m**3 / t["mm"]
     return {"N": n, "flops": flops, "seconds": t["chunked"], "achieved": achieved,
             "mm_size": m, "dense": dense, "fraction": achieved / dense}
+
+
+def fresh_pages(n: int = 32768) -> dict:
+    """What fresh pages cost here: filling a new (B, H, N, D) float32 tensor, the size of a chunked
+    call's output, against filling one allocated once; interleaved, page faults counted."""
+    shape = (B, H, n, D)
+    buf = torch.empty(shape)
+    faults = {}
+    t = side_by_side({"fresh": lambda: torch.empty(shape).fill_(1.0), "reused": lambda: buf.fill_(1.0)},
+                     repeats=9, faults=faults)
+    nbytes = B * H * n * D * 4
+    return {"N": n, "bytes": nbytes, "pages": nbytes // resource.getpagesize(), "fresh": t["fresh"],
+            "reused": t["reused"], "faults": faults["fresh"]}
 
 
 def chunk_sweep() -> dict:
@@ -425,6 +438,9 @@ def print_table(r: dict) -> None:
     gemm_8k = next(p["gemm_seconds"] for p in prof if p["form"] == "chunked" and p["N"] == 8192)
     print(f"GEMM floor: fused SDPA at N = 8192 / chunked GEMM time alone = "
           f"{r['growth']['sdpa'][i8k] / gemm_8k:.1f}x, the speedup if nothing but its GEMMs took time")
+    fp = r["fresh_pages"]
+    print(f"fresh pages: filling a new {fp['bytes'] // 2**20} MiB tensor {fmt_time(fp['fresh'])} "
+          f"({fp['faults']:.0f} page faults), one allocated once {fmt_time(fp['reused'])}")
     if dm:
         faults = " / ".join(str(f) for f in dm["page_faults"])
         times = " / ".join(fmt_time(t) for t in dm["chunked"])
@@ -449,7 +465,8 @@ def main() -> None:
     results["other_malloc"] = other_malloc(keep_freed=not args.keep_freed)
     kept = args.keep_freed and keep_freed_memory()
     results["machine"]["malloc"] = "freed memory kept (mallopt)" if kept else "glibc defaults"
-    sections = {"growth": growth, "flops": flops_fraction, "sweep": chunk_sweep, "decode": decode,
+    sections = {"growth": growth, "flops": flops_fraction, "fresh_pages": fresh_pages, "sweep": chunk_sweep,
+                "decode": decode,
                 "ledger": meta_ledger, "widget": widget_callback}
     seconds = {}
     for name, measure in sections.items():

@@ -73,10 +73,11 @@ def test_korthikanti_totals(B, N, d, H, recompute):
 
 
 def test_recompute_flops():
-    """FlopCounterMode: backward = 2 x forward without recomputation; full adds the whole forward;
-    selective adds Q K^T (2 B N^2 d): the checkpoint stops recomputing once every tensor backward
-    needs is back, and P V's output is not needed. Without that early stop it adds both N x N
-    matmuls (4 B N^2 d)."""
+    """FlopCounterMode: backward = 2 x forward without recomputation; full adds the whole forward
+    with dropout after the FFN, and all but the FFN's last matmul (2 B N F d) without it; selective
+    adds Q K^T (2 B N^2 d): the checkpoint stops recomputing once every tensor backward needs is
+    back, and P V's output is not needed. Without that early stop it adds both N x N matmuls
+    (4 B N^2 d)."""
     B, N, d, H = 1, 256, 64, 4
     base = block.measure_block_flops(B, N, d, H)
     assert base["backward"] == 2 * base["forward"]
@@ -87,6 +88,10 @@ def test_recompute_flops():
     assert sel_all["backward"] == base["backward"] + 4 * B * N * N * d
     full = block.measure_block_flops(B, N, d, H, recompute="full")
     assert full["backward"] == base["backward"] + base["forward"]
+    # without dropout the FFN's last matmul's output is not saved: the early stop skips it
+    plain = block.measure_block_flops(B, N, d, H, dropout=False)
+    full_plain = block.measure_block_flops(B, N, d, H, dropout=False, recompute="full")
+    assert full_plain["backward"] == plain["backward"] + plain["forward"] - 2 * B * N * (4 * d) * d
     # the forward: 24 B N d^2 + 4 B N^2 d (the 4d MLP)
     assert base["forward"] == 24 * B * N * d * d + 4 * B * N * N * d
 

@@ -242,5 +242,23 @@ def test_per_rank_share_of_the_block_ledger_is_korthikanti(t, sequence_parallel)
     theirs = par.evaluate({"k": sum(par.korthikanti_exprs(True, sequence_parallel).values())},
                           dict(B=B, N=N, d=d, H=H, b=2, t=t))["k"]
     assert sum(share.values()) - stats == theirs
-    cp = par.per_rank_activations(items, c=4)
-    assert sum(cp.values()) * 4 == sum(items.values())
+
+
+def test_per_rank_share_under_context_parallelism_is_the_ring_ledger():
+    """c-way CP of a fused block: the attention items a rank keeps (Q, K, V, the output ctx, the
+    float32 logsumexp) are cp_ledger's q, k, v, out, logsumexp, which real ring ranks save (the test
+    above); eager attention keeps K and V of all N tokens, every other item 1/c."""
+    from attn_core import ledger
+
+    B, N, d, H, c = 2, 64, 32, 4, 4
+    fused = ledger.block_ledger(B, N, d, H, attention="fused", dropout=False, dtype="fp32")
+    share = par.per_rank_activations(fused, c=c, attention="fused")
+    ring = par.cp_ledger(B, N, H, d // H, c, bytes_per_value=4)
+    assert [share[k] for k in ("Q", "K", "V", "ctx", "attn.lse")] == [
+        ring[k] for k in ("q", "k", "v", "out", "logsumexp")]
+    assert sum(share.values()) * c == sum(fused.values())
+    eager = ledger.block_ledger(B, N, d, H, attention="eager", dropout=False, dtype="fp32")
+    kept = par.per_rank_activations(eager, c=c, attention="eager")
+    assert kept["K"] == eager["K"] and kept["V"] == eager["V"] and kept["P"] * c == eager["P"]
+    with pytest.raises(ValueError, match="attention"):
+        par.per_rank_activations(eager, c=c, attention="flash")

@@ -205,7 +205,8 @@ def test_explorer_values_equal_library(state):
     # KV cache and the linear-attention state
     assert v["kv_cache_bytes"] == model.kv_bytes(N, batch=B, bytes_per_value=b)
     assert v["kv_bytes_per_token"] == model.kv_bytes_per_token(b)
-    assert v["linear_state_bytes"] == kv_cache.linear_state_bytes(L, H, D, state["D_v"], batch=B,
+    # one state per key/value head: query heads that share K and V share the state sum k v^T
+    assert v["linear_state_bytes"] == kv_cache.linear_state_bytes(L, state["H_kv"], D, state["D_v"], batch=B,
                                                                   bytes_per_value=b)
     # the KV cache (without a window) equals the state at n_star_kv_state
     assert v["n_star_kv_state"] * v["kv_bytes_per_token"] * B == v["linear_state_bytes"]
@@ -215,7 +216,7 @@ def test_explorer_values_equal_library(state):
 def test_fit_values_equal_library(state):
     """The "does it fit" widget's items, state and total equal block_ledger and training_state_bytes,
     shared out over the TP and CP ranks by parallel.per_rank_activations (itself checked against
-    Korthikanti et al. and, for TP, against the bytes real ranks save in test_parallel.py)."""
+    Korthikanti et al.'s count and, for CP, against the ring's ledger in test_parallel.py)."""
     from attn_core import parallel
 
     v = W.compute_values("fit", state, exact=True)
@@ -225,7 +226,7 @@ def test_fit_values_equal_library(state):
                                 attention=state["attention"], mask_bytes=1, recompute=state["recompute"],
                                 dtype="fp32" if state["precision"] == "fp32" else "bf16")
     items = parallel.per_rank_activations(whole, t=state["tp"], sequence_parallel=state["sequence_parallel"],
-                                          c=state["cp"])
+                                          c=state["cp"], attention=state["attention"])
     for name, nbytes in items.items():
         assert v[f"item.{name}"] == nbytes, name
     assert v["layer_bytes"] == sum(items.values())

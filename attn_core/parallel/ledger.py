@@ -28,16 +28,17 @@ def tp_ledger_exprs(sequence_parallel: bool = False) -> dict:
     holds its H/t heads or F/t columns: 1/t of each. The rest (the norms' inputs and statistics,
     the inputs of the column-parallel matmuls) is whole on every rank under TP alone and a 1/t
     shard along N under sequence parallelism. The causal mask is a dense (N, N) bool tensor
-    (1 byte a value); the norms' mean and 1/std are kept in the activations' dtype (b bytes),
-    as PyTorch's CPU kernel does for float32 and float64. Weights are not activations.
+    (1 byte a value); the norms' mean and 1/std are kept in float32 for 16-bit values and in the
+    values' dtype otherwise (max(b, 4) bytes), as PyTorch's LayerNorm does. Weights are not activations.
     """
     sp, f, t, _ = _sym()
     B, N, d, H, F_, b = f.B, f.N, f.d, f.H, f.F, f.b
     rep = t if sequence_parallel else sp.Integer(1)  # replicated under TP, split along N under SP
     x = B * N * d * b
+    stat = sp.Max(b, 4)  # bytes of a norm statistic: float32 for 16-bit values
     return {
         "norm 1 input": x / rep,
-        "norm 1 mean, 1/std": 2 * B * N * b / rep,
+        "norm 1 mean, 1/std": 2 * B * N * stat / rep,
         "Q, K, V input": x / rep,
         "Q": x / t,
         "K": x / t,
@@ -46,7 +47,7 @@ def tp_ledger_exprs(sequence_parallel: bool = False) -> dict:
         "causal mask": N**2,
         "ctx": x / t,
         "norm 2 input": x / rep,
-        "norm 2 mean, 1/std": 2 * B * N * b / rep,
+        "norm 2 mean, 1/std": 2 * B * N * stat / rep,
         "FFN input": x / rep,
         "GeLU input": B * N * F_ * b / t,
         "GeLU output": B * N * F_ * b / t,
@@ -223,24 +224,30 @@ def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None 
 TP_SPLIT_ITEMS = _tables.TP_SPLIT_ITEMS
 
 
-def per_rank_activations(items: dict, *, t: int = 1, sequence_parallel: bool = False, c: int = 1) -> dict:
+def per_rank_activations(items: dict, *, t: int = 1, sequence_parallel: bool = False, c: int = 1,
+                         attention: str = "fused") -> dict:
     """One rank's share of a block's activation items under TP (degree t), SP and CP (degree c).
 
     ``items``: bytes by item name, as :func:`attn_core.ledger.block_ledger` returns them. Items in
     :data:`TP_SPLIT_ITEMS` are divided by t; the others (norm inputs, outputs and statistics, the
     residual stream, its dropout masks) by t only with ``sequence_parallel``. Context parallelism
     splits the tokens, so every item is divided by c: a rank's N/c queries keep (N/c) x N of each
-    N x N item, and a ring with a fused kernel (:func:`attn_core.parallel.ring_attention`) keeps
-    none at all. Exact when the degrees divide N, H, H_kv and F (then the values are integers);
-    otherwise Fractions. The per-rank ledger of Korthikanti et al. is this rule applied to their
+    N x N item, and a ring with a fused kernel (:func:`attn_core.parallel.ring_attention`,
+    ``attention="fused"``) keeps none at all. With ``attention="eager"`` a rank keeps the keys and
+    values of all N tokens (its queries' backward needs them), so K and V are not divided by c.
+    Exact when the degrees divide N, H, H_kv and F (then the values are integers); otherwise
+    Fractions. The per-rank ledger of Korthikanti et al. is this rule applied to their
     items (``tests/test_parallel.py`` checks it against :func:`korthikanti_exprs`).
     """
     from fractions import Fraction
 
     t = _checks.positive_int("t", t)
     c = _checks.positive_int("c", c)
+    if attention not in ("fused", "eager"):
+        raise ValueError(f"attention must be 'fused' or 'eager', got {attention!r}")
     out = {}
     for name, nbytes in items.items():
-        share = Fraction(nbytes, c * (t if name in TP_SPLIT_ITEMS or sequence_parallel else 1))
+        cp = 1 if attention == "eager" and name in ("K", "V") else c
+        share = Fraction(nbytes, cp * (t if name in TP_SPLIT_ITEMS or sequence_parallel else 1))
         out[name] = int(share) if share.denominator == 1 else share
     return out

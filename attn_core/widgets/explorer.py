@@ -32,7 +32,8 @@ class Explorer(_LedgerWidget):
       memory crossover of its activation ledger (with the same head dims),
     * the activation memory per layer and for L layers, eager against fused,
     * the KV cache per sequence (:meth:`attn_core.kv_cache.ModelConfig.kv_bytes`), and the fixed
-      state of linear attention with the same L, H, D (:func:`attn_core.kv_cache.linear_state_bytes`),
+      state of linear attention with the same L, H_kv, D (one state per key/value head,
+      :func:`attn_core.kv_cache.linear_state_bytes`),
     * a button "measure on this machine" that times causal softmax attention (torch SDPA) against
       chunked linear attention in the running kernel (:meth:`measure_time_crossover`); in a
       static page it says that it needs a running kernel.

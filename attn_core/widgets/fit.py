@@ -30,11 +30,12 @@ class FitWidget(_LedgerWidget):
     rank's H/tp heads and F/tp FFN columns (``tp`` must divide H, H_kv and F, as Megatron-Core
     requires), and with ``sequence_parallel`` the norms' and residual activations along N as well;
     context parallelism of degree ``cp`` gives the rank N/cp tokens (every activation item / cp;
-    with eager attention that keeps N/cp rows of each N x N item, where a ring with a fused kernel
-    keeps none). The formulas are :func:`attn_core.formulas.per_rank_items` and
-    :func:`~attn_core.formulas.per_rank_params` (the rule of
-    :func:`attn_core.parallel.per_rank_activations`; on a bias-free block with full heads it
-    gives the bytes real TP and TP+SP ranks save and the weights they hold, tests/test_parallel.py).
+    with eager attention that keeps N/cp rows of each N x N item and K and V of all N tokens, where
+    a ring with a fused kernel keeps none and only its own keys and values). The formulas are
+    :func:`attn_core.formulas.per_rank_items` and :func:`~attn_core.formulas.per_rank_params`, the
+    rule of :func:`attn_core.parallel.per_rank_activations`: the one of
+    :func:`attn_core.parallel.tp_ledger`, which real TP and TP+SP ranks of a bias-free MHA block
+    match byte for byte, and for CP the one of the ring's ledger (tests/test_parallel.py).
     When tp (with sequence parallelism) or cp does not divide N, the values are the average over
     the ranks (their shares differ by a token). Not modelled: pipeline parallelism.
 
