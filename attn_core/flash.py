@@ -56,7 +56,8 @@ def _check(q, k, v, block_q, block_k, scale):
     return n, block_q, block_k
 
 
-# A wave: the query blocks processed together, like the thread blocks a GPU's multiprocessors run at once.
+# A wave: the query blocks processed together, like the thread blocks a GPU's multiprocessors run
+# together in one wave.
 # Its tiles hold about _WAVE_VALUES scores (512 KiB in fp32), so they stay in a CPU's cache;
 # the arithmetic does not depend on it.
 _WAVE_VALUES = 1 << 17

@@ -2,7 +2,7 @@
 
 At decode time softmax attention keeps the keys and values of every past
 token, for every layer: the KV cache grows with N. Linear attention keeps one
-D_k x D_v state per head instead: a size that does not grow.
+D_k x D_v state per key/value head (shared by its query heads) instead: a size that does not grow.
 
     KV bytes per token = 2 (K and V) * L * H_kv * D * b
 

@@ -59,7 +59,9 @@ def test_decode_attention_intensity_is_about_group_size(h_kv):
     assert op.bytes == decode_bytes(32768, 32, h_kv, 128)
 
 
-def test_prefill_is_compute_bound_decode_is_not():
+def test_minimum_traffic_prefill_above_the_bf16_roof_decode_below():
+    """At layer_ops' minimum traffic every prefill op of Llama 3 8B is above the H100's bf16 balance
+    point and every decode op below (a real kernel's tile re-reads lower prefill's intensity)."""
     h100 = H100_SXM["bf16_flops"] / H100_SXM["bandwidth"]
     for op in layer_ops(LLAMA3, 4096, "prefill"):
         assert op.intensity > h100, op

@@ -29,7 +29,8 @@ def tp_ledger_exprs(sequence_parallel: bool = False) -> dict:
     the inputs of the column-parallel matmuls) is whole on every rank under TP alone and a 1/t
     shard along N under sequence parallelism. The causal mask is a dense (N, N) bool tensor
     (1 byte a value); the norms' mean and 1/std are kept in float32 for 16-bit values and in the
-    values' dtype otherwise (max(b, 4) bytes), as PyTorch's LayerNorm does. Weights are not activations.
+    values' dtype otherwise (max(b, 4) bytes), as PyTorch's LayerNorm does on a GPU and, with float32
+    weights (mixed precision), on a CPU. Weights are not activations.
     """
     sp, f, t, _ = _sym()
     B, N, d, H, F_, b = f.B, f.N, f.d, f.H, f.F, f.b
