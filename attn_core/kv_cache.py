@@ -185,7 +185,7 @@ class ModelConfig:
         but the first ``dense_layers`` layers.
         """
         d, H, H_kv, D = self.d_model, self.num_heads, self.num_kv_heads, self.d_head
-        norm = {"rmsnorm": d, "layernorm": 2 * d}[self.norm]
+        norm = self._norm_params()
         attn = self.attention_params()
         if self.bias:
             attn += H * D + 2 * H_kv * D + d
@@ -198,6 +198,10 @@ class ModelConfig:
         embed = (self.vocab_size + self.positions) * d
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return embed + layers + norm + head
+
+    def _norm_params(self) -> int:
+        """Parameters of one norm over d: RMSNorm a scale, LayerNorm a scale and a bias."""
+        return {"rmsnorm": 1, "layernorm": 2}[self.norm] * self.d_model
 
     def tp_replicated_params(self) -> int:
         """Parameters every tensor-parallel rank holds whole, as Megatron-LM splits a model.
@@ -212,7 +216,7 @@ class ModelConfig:
         if self.num_experts:
             raise ValueError(f"{self.name}: a mixture of experts is not split by tensor parallelism alone")
         d = self.d_model
-        norm = {"rmsnorm": d, "layernorm": 2 * d}[self.norm]
+        norm = self._norm_params()
         row_biases = 2 * d if self.bias else 0
         return self.num_layers * (2 * norm + row_biases) + norm + self.positions * d
 

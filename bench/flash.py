@@ -16,30 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from timing import side_by_side
 
 from attn_core.attention import causal_mask, scaled_dot_product_attention
 from attn_core.flash import flash_attention
 from attn_core.measure import saved_tensor_bytes
 
 B, H, D = 1, 4, 64
-
-
-def interleaved(fns, repeats):
-    """Median seconds of each fn, run in turn (warm-up first)."""
-    for fn in fns:
-        fn()
-    times = [[] for _ in fns]
-    for _ in range(repeats):
-        for t, fn in zip(times, fns):
-            t0 = time.perf_counter()
-            fn()
-            t.append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -57,9 +43,10 @@ def main() -> None:
     for threads in dict.fromkeys((default_threads, 1)):
         torch.set_num_threads(threads)  # a benchmark script may; the library never does
         for causal in (False, True):
-            t_flash, t_sdpa = interleaved(
-                [lambda c=causal: flash_attention(q, k, v, causal=c),
-                 lambda c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c)], args.repeats)
+            t = side_by_side({"flash": lambda c=causal: flash_attention(q, k, v, causal=c),
+                              "sdpa": lambda c=causal: F.scaled_dot_product_attention(q, k, v, is_causal=c)},
+                             args.repeats)
+            t_flash, t_sdpa = t["flash"], t["sdpa"]
             ratio = t_flash / t_sdpa
             kind = "causal" if causal else "full"
             results[f"forward_{kind}_{threads}_threads"] = dict(flash_s=t_flash, sdpa_s=t_sdpa, ratio=ratio)

@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
 from functools import partial
 
 import torch
 import torch.nn.functional as F
+from timing import default_malloc_env, fmt_time, side_by_side, slope
 
 from attn_core import linear
 from attn_core.measure import count_flops
@@ -34,39 +31,6 @@ NS = [1024, 2048, 4096, 8192, 16384, 32768]
 FIT = [4096, 8192, 16384, 32768]  # the time-growth exponent is fitted over these N
 DELTA_N = 4096
 TARGETS = {"speedup": 20.0, "exponent": 1.15, "fraction": 0.40, "gated_ratio": 1.5, "delta_speedup": 10.0}
-
-
-def page_faults() -> int:
-    """Minor page faults of this process so far (fresh pages handed over by the kernel)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def side_by_side(fns: dict, repeats: int, warmup: int = 1) -> tuple[dict, dict]:
-    """Median seconds and median page faults per call of each zero-argument function, interleaved."""
-    for f in fns.values():
-        for _ in range(warmup):
-            f()
-    times, faults = {name: [] for name in fns}, {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, f in fns.items():
-            before = page_faults()
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-            faults[name].append(page_faults() - before)
-    return ({n: statistics.median(t) for n, t in times.items()},
-            {n: statistics.median(f) for n, f in faults.items()})
-
-
-def slope(xs, ys) -> float:
-    """Least-squares slope of log(y) on log(x)."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
-
-
-def fmt_time(s: float) -> str:
-    return f"{s * 1e6:.1f} us" if s < 1e-3 else (f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s")
 
 
 def inputs(n: int):
@@ -89,7 +53,8 @@ def measure() -> dict:
                "gated": partial(linear.gated_linear_attention_chunked, q, k, v, gamma)}
         if n <= 16384:  # causal SDPA at 32K takes seconds; the speedup is read at 8K
             fns["sdpa"] = partial(F.scaled_dot_product_attention, q, k, v, is_causal=True)
-        t, f = side_by_side(fns, repeats=9 if n <= 8192 else 5)
+        f = {}
+        t = side_by_side(fns, repeats=9 if n <= 8192 else 5, faults=f)
         for name in ("chunked", "gated", "sdpa"):
             out[name].append(t.get(name))
         out["faults"].append(f)
@@ -105,8 +70,8 @@ def measure() -> dict:
     m = max(64, round((flops / 2) ** (1 / 3) / 64) * 64)  # 2 m^3 ~ flops
     a, b = torch.randn(m, m), torch.randn(m, m)
     q, k, v, _, _ = inputs(n)
-    t, _ = side_by_side({"chunked": partial(linear.causal_linear_attention_chunked, q, k, v),
-                         "mm": partial(torch.mm, a, b)}, repeats=7)
+    t = side_by_side({"chunked": partial(linear.causal_linear_attention_chunked, q, k, v),
+                      "mm": partial(torch.mm, a, b)}, repeats=7)
     out["flops"], out["mm_size"] = flops, m
     out["achieved"], out["dense"] = flops / t["chunked"], 2 * m**3 / t["mm"]
     out["fraction"] = out["achieved"] / out["dense"]
@@ -117,7 +82,7 @@ def measure() -> dict:
     fns = {"delta_chunked": partial(linear.delta_rule_chunked, q, k, v, beta),
            "delta_recurrent": partial(linear.delta_rule_recurrent, q, k, v, beta),
            "gated_delta_chunked": partial(linear.gated_delta_rule_chunked, q, k, v, beta, gamma)}
-    t, _ = side_by_side(fns, repeats=3)
+    t = side_by_side(fns, repeats=3)
     out.update(t)
     out["delta_speedup"] = t["delta_recurrent"] / t["delta_chunked"]
     out["load_end"] = os.getloadavg()[0]
@@ -126,9 +91,8 @@ def measure() -> dict:
 
 def in_fresh_process() -> dict:
     """Run :func:`measure` in a new Python process with glibc's malloc at its defaults."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
-    done = subprocess.run([sys.executable, __file__, "--measure"], capture_output=True, text=True, env=env,
+    done = subprocess.run([sys.executable, __file__, "--measure"], capture_output=True, text=True,
+                          env=default_malloc_env(),
                           timeout=1800, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 

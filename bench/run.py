@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from timing import default_malloc_env, fmt_time, page_faults, side_by_side, slope
 from torch.profiler import ProfilerActivity, profile
 
 from attn_core import linear
@@ -55,52 +56,6 @@ CHUNKS = [16, 32, 64, 128]
 RESULTS = Path(__file__).with_name("results.json")
 GEMMS = ("aten::mm", "aten::bmm", "aten::baddbmm", "aten::baddbmm_")
 FORMS = {"chunked": linear.causal_linear_attention_chunked, "gated": linear.gated_linear_attention_chunked}
-
-
-# --------------------------------------------------------------------------- timing helpers
-def side_by_side(fns: dict, repeats: int, number: int = 1, warmup: int = 1,
-                 faults: dict | None = None) -> dict[str, float]:
-    """Median seconds per call of each zero-argument function, calls interleaved round-robin.
-
-    Each sample times ``number`` back-to-back calls (for microsecond-scale functions). If a dict
-    is given as ``faults``, it receives each function's median page faults per call.
-    """
-    for f in fns.values():
-        for _ in range(warmup):
-            f()
-    samples = {name: [] for name in fns}
-    minflt = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, f in fns.items():
-            before = page_faults()
-            t0 = time.perf_counter()
-            for _ in range(number):
-                f()
-            samples[name].append((time.perf_counter() - t0) / number)
-            minflt[name].append((page_faults() - before) / number)
-    if faults is not None:
-        faults.update({name: statistics.median(m) for name, m in minflt.items()})
-    return {name: statistics.median(s) for name, s in samples.items()}
-
-
-def page_faults() -> int:
-    """Minor page faults of this process so far (fresh pages handed over by the kernel)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-def slope(xs, ys) -> float:
-    """Least-squares slope of log(y) on log(x)."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
-
-
-def fmt_time(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:.1f} us"
-    if s < 1:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s:.2f} s"
 
 
 def qkv(n: int, d_k: int = D):
@@ -355,8 +310,7 @@ def probe(keep_freed: bool) -> dict:
 def other_malloc(keep_freed: bool) -> dict | None:
     """Run :func:`probe` in a fresh Python process with the other allocator setting than the table's:
     freed memory kept (``keep_freed``) or glibc's malloc at its defaults."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
+    env = default_malloc_env()
     args = [sys.executable, __file__, "--probe"] + (["--keep-freed"] if keep_freed else [])
     try:
         done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, check=True)

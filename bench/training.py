@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import statistics
 import subprocess
-import time
+
+from timing import side_by_side
 
 from attn_core import block, kv_cache, ledger, training
 from attn_core.widgets import FitWidget, formula_spec
@@ -26,12 +26,7 @@ from attn_core.widgets._spec import _STATIC, fit_traits
 
 
 def _median(fn, repeats: int = 7) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return side_by_side({"fn": fn}, repeats, warmup=0)["fn"]
 
 
 def whole_ledger() -> dict:
