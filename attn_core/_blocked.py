@@ -1,12 +1,13 @@
 """The chunked linear-attention forms without autograd, block by block (used by attn_core.linear).
 
-Processing a sequence in blocks of whole chunks keeps every temporary the size of one block, and
-the buffers are reused from block to block, so the only allocation that grows with N is the output.
-Same maths as the vectorized forms of :mod:`attn_core.linear`; the tests check they agree.
+Processing a sequence in blocks of whole chunks keeps every temporary the size of one block (or of
+the gate), and the buffers are reused from block to block, so the only allocation of N D values is
+the output. Same maths as the vectorized forms of :mod:`attn_core.linear`; the tests check they agree.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -29,8 +30,8 @@ def factor_bound(dtype: torch.dtype) -> float:
 
 def _spans_fit(log_g: torch.Tensor, c: int, full: int, q: torch.Tensor) -> bool:
     """Whether the decay may be factored for this call: every whole chunk's total log decay within
-    :func:`factor_bound`, and no query so large that e^span times it overflows (log_g: (B', N))."""
-    totals = log_g[:, : full * c].unflatten(1, (full, c)).sum(-1)  # (B', N/C): l_C of each chunk
+    :func:`factor_bound`, and no query so large that e^span times it overflows (log_g: (..., N))."""
+    totals = log_g[..., : full * c].unflatten(-1, (full, c)).sum(-1)  # (..., N/C): l_C of each chunk
     span = -float(totals.min())  # the largest decay of a chunk, in log space
     if span > factor_bound(q.dtype):
         return False
@@ -43,36 +44,44 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
 
     The same maths as the vectorized forms, for inference (no autograd: products are written into
     their destinations with ``out=`` and in place). One sequence and one block of
-    P = block_tokens / C chunks at a time: the scores (P, C, C), the states entering the chunks
-    (P + 1, D_k, D_v) and the block's queries, keys and values (P, C, D), copied in or, with a
-    gate, scaled, are views of one buffer sized by the block, not by N; the only N-sized
-    allocation is the output.
+    P = block_tokens / C chunks at a time, into views of one buffer sized by the block, not by N:
+    the scores (P, C, C), the states entering the chunks (P + 1, D_k, D_v), and the block's
+    queries, keys and values (P, C, D). The inputs may be any strided views (expanded heads too):
+    each sequence is read in place, block by block, and the only allocation of N D values is the
+    output.
 
-    Copying the block first pays for itself: a copy streams q, k, v in from memory, where a matmul
-    reading them in place stalls on cache misses (measured once by hand in blocks of 2048 tokens,
-    B' = 4, N = 8K, D = 64, 2 threads: Q K^T took 1.7 ms over all blocks after the copies, 2.7-2.9 ms
-    reading q and k in place; the whole call 9.4 ms with the copies' 1.1 ms, 9.8-10.1 ms without).
-    Each chunk's K^T V is written into the state that follows it, and the state is carried from
-    chunk to chunk by P small in-place additions, M_{i+1} = K_i^T V_i + a_i M_i (a_i = 1 without a
-    gate): no cumsum, no separate buffer. A last chunk shorter than C is done on its own, so
-    nothing is padded.
+    The state is carried by P small in-place additions per block, M_{i+1} = U_i + a_i M_i, where
+    U_i = K_i^T V_i (keys decayed to the chunk's end with a gate) is written by bmm straight into
+    the state that follows chunk i, and a_i = 1 without a gate: no cumsum, no separate buffer. In
+    float16 and bfloat16 the running sum is kept in a float32 copy, since rounding it to 16 bits
+    after every chunk loses precision as N grows. A last chunk shorter than C is done on its own,
+    so nothing is padded.
 
-    With a gate, the decay inside a chunk is factored onto the queries and keys when every chunk of
-    the call allows it (:func:`factor_bound`, checked once per call); the scores are then one matmul
-    of scaled queries and keys, as in the plain form. Otherwise (a chunk that forgets more than
-    factor_bound allows, e^-22.2 in float32, or queries too large for the dtype) the exact decay
-    matrix exp(segment_sum(log gamma)) multiplies the scores, as in the vectorized form.
-    q, k: (B', N, D_k); v: (B', N, D_v); log_g: (B', N) or None (no gate) -> (B', N, D_v).
+    Without a gate, the block's queries, keys and values are copied into the buffer first, which
+    pays for itself: a copy streams them in from memory, where a matmul reading them in place stalls
+    on cache misses (measured once by hand in blocks of 2048 tokens, B' = 4, N = 8K, D = 64, 2
+    threads: Q K^T took 1.7 ms over all blocks after the copies, 2.7-2.9 ms reading q and k in
+    place; the whole call 9.4 ms with the copies' 1.1 ms, 9.8-10.1 ms without). With a gate the
+    values are copied and the keys written scaled, e^(l_C - l_j) k_j; the decay inside a chunk is
+    factored onto queries and keys when every chunk of the call allows it (:func:`factor_bound`,
+    checked once per call), and the scores are then one matmul of scaled queries and keys, as in
+    the plain form. Otherwise (a chunk that forgets more than factor_bound allows, e^-22.2 in
+    float32, or queries too large for the dtype) the scores of the raw queries and keys are
+    multiplied by the exact decay matrix exp(segment_sum(log gamma)), as in the vectorized form. The
+    gate's own small temporaries ((P, C) per block, and the (P, C, C) decay matrices on the exact
+    path) are allocated per block.
+    q, k: (..., N, D_k); v: (..., N, D_v), all with the same leading dims; log_g: (..., N) or None
+    (no gate) -> (..., N, D_v).
     """
-    nb, n, d_k = q.shape
+    *lead, n, d_k = q.shape
     d_v = v.shape[-1]
     dt = q.dtype
-    y = torch.empty(nb, n, d_v, dtype=dt, device=q.device)  # (B', N, D_v): the output
+    y = torch.empty(*lead, n, d_v, dtype=dt, device=q.device)  # (..., N, D_v): the output
     p_max = max(1, block_tokens // c)  # chunks per block
     full = n // c  # whole chunks; a shorter last chunk is done on its own
-    # Every scratch buffer is a view of one allocation: freed, one block is kept by glibc's malloc
-    # for the next call (its trim threshold rises to twice the largest block it has unmapped), where
-    # several smaller ones are given back to the kernel and fault in again on every call.
+    # Every block-sized buffer is a view of one allocation: freed, one block is kept by glibc's
+    # malloc for the next call (its trim threshold rises to twice the largest block it has
+    # unmapped), where several smaller ones are given back to the kernel and fault in again.
     sizes = [p_max * c * c, (p_max + 1) * d_k * d_v, p_max * c * d_k, p_max * c * d_k, p_max * c * d_v]
     work = torch.empty(sum(sizes), dtype=dt, device=q.device).split(sizes)  # views of one allocation
     scores = work[0].view(p_max, c, c)  # (P, C, C), reused by every block
@@ -80,13 +89,29 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
     sts = states.unbind(0)  # a view of each state, taken once per call
     q_buf, k_buf = work[2].view(p_max, c, d_k), work[3].view(p_max, c, d_k)  # (P, C, D_k)
     v_buf = work[4].view(p_max, c, d_v)  # (P, C, D_v)
+    wide = torch.promote_types(dt, torch.float32)
+    acc = None if wide == dt else torch.empty(d_k, d_v, dtype=wide, device=q.device)  # 16-bit: running sum
     gated = log_g is not None
     factored = gated and _spans_fit(log_g, c, full, q)
-    for seq in range(nb):
-        # this sequence's whole chunks, (N/C, C, D) each, split into blocks of P chunks
-        blocks = [x[seq, : full * c].unflatten(0, (full, c)).split(p_max) for x in (q, k, v, y)]
-        gates = log_g[seq, : full * c].view(full, c).split(p_max) if gated else [None] * len(blocks[0])
+    ones = [1.0] * p_max  # a_i without a gate
+
+    def carry(p: int, decays: list[float]) -> None:
+        """states[i + 1] holds U_i on entry and M_{i+1} = U_i + a_i M_i on exit, for i < p."""
+        if acc is None:
+            for i in range(p):
+                sts[i + 1].add_(sts[i], alpha=decays[i])
+        else:
+            for i in range(p):
+                torch.add(sts[i + 1], acc, alpha=decays[i], out=acc)
+                sts[i + 1].copy_(acc)
+
+    for idx in itertools.product(*map(range, lead)):  # one sequence at a time: (N, D) views
+        # the sequence's whole chunks, (N/C, C, D) each, split into blocks of P chunks
+        blocks = [x[idx][: full * c].unflatten(0, (full, c)).split(p_max) for x in (q, k, v, y)]
+        gates = log_g[idx][: full * c].view(full, c).split(p_max) if gated else [None] * len(blocks[0])
         sts[0].zero_()  # M = 0 before the first chunk
+        if acc is not None:
+            acc.zero_()
         for qb, kb, vb, yb, lg in zip(*blocks, gates):  # (P, C, D) views of the inputs; lg (P, C) or None
             p = qb.shape[0]
             vb = v_buf[:p].copy_(vb)
@@ -95,8 +120,7 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
                 s = torch.bmm(qb, kb.mT, out=scores[:p]).tril_()  # (P, C, C): tril(Q_c K_c^T)
                 torch.bmm(s, vb, out=yb)  # intra-chunk part
                 torch.bmm(kb.mT, vb, out=states[1 : p + 1])  # states[i + 1] = K_i^T V_i, for now
-                for i in range(p):  # the states entering the chunks: M_{i+1} = K_i^T V_i + M_i
-                    sts[i + 1].add_(sts[i])
+                carry(p, ones)  # the states entering the chunks: M_{i+1} = K_i^T V_i + M_i
                 yb.baddbmm_(qb, states[:p])  # y += Q_c M_{c-1}
             else:
                 cum = lg.cumsum(-1)  # (P, C): l_i, log decay from the chunk start
@@ -110,22 +134,18 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
                     s = torch.bmm(qb, kb.mT, out=scores[:p]).mul_(_decay_matrix(lg).to(dt))  # (P, C, C)
                 torch.bmm(s, vb, out=yb)  # intra-chunk part
                 torch.bmm(k_out.mT, vb, out=states[1 : p + 1])  # states[i + 1] = U_i, for now
-                decays = torch.exp(last[:, 0]).tolist()  # a_i, the decay over the whole chunk i
-                for i in range(p):  # M_{i+1} = U_i + a_i M_i
-                    sts[i + 1].add_(sts[i], alpha=decays[i])
+                carry(p, torch.exp(last[:, 0]).tolist())  # M_{i+1} = U_i + a_i M_i, a_i = e^(l_C)
                 q_in = torch.mul(qb, torch.exp(cum).to(dt)[..., None], out=q_buf[:p])  # e^(l_i) q_i
                 yb.baddbmm_(q_in, states[:p])  # y += e^(l_i) M^T q_i
             sts[0].copy_(sts[p])  # the carry for the next block
         if full * c < n:  # the last, shorter chunk
-            rows = slice(full * c, n)
-            qt, kt, vt = q[seq, rows], k[seq, rows], v[seq, rows]  # (r, D)
-            carry = sts[0]
+            qt, kt, vt, yt = (x[idx][full * c :] for x in (q, k, v, y))  # (r, D)
             if not gated:
-                torch.mm(torch.mm(qt, kt.T).tril_(), vt, out=y[seq, rows])
-                y[seq, rows].addmm_(qt, carry)
+                torch.mm(torch.mm(qt, kt.T).tril_(), vt, out=yt)
+                yt.addmm_(qt, sts[0])
             else:
-                lg = log_g[seq, rows]  # (r,)
+                lg = log_g[idx][full * c :]  # (r,)
                 st_in = torch.exp(lg.cumsum(-1)).to(dt)[:, None]  # (r, 1)
-                torch.mm(torch.mm(qt, kt.T).mul_(_decay_matrix(lg).to(dt)), vt, out=y[seq, rows])
-                y[seq, rows].addmm_(qt * st_in, carry)
+                torch.mm(torch.mm(qt, kt.T).mul_(_decay_matrix(lg).to(dt)), vt, out=yt)
+                yt.addmm_(qt * st_in, sts[0])
     return y

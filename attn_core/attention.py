@@ -43,7 +43,7 @@ def softmax(x: torch.Tensor, dim: int = -1, safe: bool = False) -> torch.Tensor:
     A row that is entirely ``-inf`` (every position masked) has maximum
     ``-inf`` and ``(-inf) - (-inf)`` is NaN. With ``safe=True`` such rows give
     all zeros instead (and a zero gradient), the convention PyTorch's own
-    ``scaled_dot_product_attention`` follows.
+    ``scaled_dot_product_attention`` follows since PyTorch 2.5 (it gave NaN before).
 
     x: any shape; returns the same shape.
     """
@@ -79,20 +79,21 @@ def scaled_dot_product_attention(
 ) -> torch.Tensor:
     """softmax(q k^T * scale [masked]) v, written out.
 
-    q: (..., N, D_k); k: (..., M, D_k); v: (..., M, D_v) -> (..., N, D_v).
-    mask: bool, broadcastable to (..., N, M); True = may attend.
-    scale: defaults to 1/sqrt(D_k), the per-head key dimension.
+    q: (..., N, D); k: (..., N_k, D); v: (..., N_k, D_v) -> (..., N, D_v), with N_k keys and
+    D_v the value width (D unless the values are narrower or wider).
+    mask: bool, broadcastable to (..., N, N_k); True = may attend.
+    scale: defaults to 1/sqrt(D), the per-head query and key width.
     safe: passed to :func:`softmax`; all-masked rows give zeros, not NaN.
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         _checks.tensor(name, t, min_dim=2)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
-            f"q and k must have the same last dim D_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+            f"q and k must have the same last dim D, got q {tuple(q.shape)} and k {tuple(k.shape)}"
         )
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
-            f"k and v must hold the same number of keys M, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+            f"k and v must hold the same number of keys N_k, got k {tuple(k.shape)} and v {tuple(v.shape)}"
         )
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])

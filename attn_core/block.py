@@ -17,7 +17,8 @@ Options (the signature of ``attn_core.ledger.block_ledger``):
 * ``num_kv_heads`` H_kv (GQA / MQA: K and V have H_kv heads; queries share them in groups);
 * ``ffn``: ``"gelu"`` (d -> F -> d, GeLU between) or ``"swiglu"`` (down(silu(gate) * up));
   ``ffn_dim`` F (default 4d);
-* ``norm``: ``"layernorm"`` (saves its input and a float32 mean and rstd per token) or
+* ``norm``: ``"layernorm"`` (saves its input and a mean and rstd per token: float32 on a GPU and on
+  the meta device; the CPU kernel keeps them in the dtype of 16-bit weights) or
   ``"rmsnorm"`` (PyTorch's ``F.rms_norm``, which in 16-bit upcasts to float32 and saves the
   float32 input, the float32 normalized tensor and rstd);
 * ``dropout``: attention dropout on P and dropout on both residual branches, with masks of

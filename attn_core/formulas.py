@@ -172,9 +172,10 @@ def block_items() -> dict[str, sp.Expr]:
 
     MHA head dims D = d / H with H_kv K/V heads; the FFN of width F. Switches: ``n_rms``
     (RMSNorm: float32 input copy when b != 4, float32 normalized tensor, rstd; LayerNorm: the
-    input, float32 mean and rstd), ``g_swiglu``, ``e_fused`` (no N x N tensor, a float32
-    logsumexp), ``k_drop`` and ``u_mask`` (masks in the dtype or 1 byte), ``r_sel`` (the attention
-    core recomputed) and ``r_full`` (only X kept).
+    input, mean and rstd counted as float32 as on a GPU or on the meta device, where they are
+    measured; the CPU kernel keeps them in a 16-bit weight's dtype), ``g_swiglu``, ``e_fused``
+    (no N x N tensor, a float32 logsumexp), ``k_drop`` and ``u_mask`` (masks in the dtype or 1
+    byte), ``r_sel`` (the attention core recomputed) and ``r_full`` (only X kept).
     """
     keep, core = 1 - r_full, (1 - r_full) * (1 - r_sel)
     tok = B * N

@@ -73,11 +73,11 @@ def linear_state_bytes(
     batch: int = 1,
     bytes_per_value: int = 2,
 ) -> int:
-    """Bytes of the recurrent state of linear attention: L * H * D_k * D_v * b per sequence.
+    """Bytes of the recurrent state of linear attention: L * H_kv * D_k * D_v * b per sequence.
 
-    H is the number of states per layer: one per key/value head (query heads that share a key
-    and value head share its state M_t = sum k v^T). It does not depend on the number of tokens
-    seen. d_v defaults to d_k.
+    ``num_heads`` is H_kv, the number of states per layer: one per key/value head (query heads
+    that share a key and value head share its state M_t = sum k v^T). It does not depend on the
+    number of tokens seen. d_v defaults to d_k.
     """
     num_layers = _checks.positive_int("num_layers", num_layers)
     num_heads = _checks.positive_int("num_heads", num_heads)
@@ -341,10 +341,10 @@ def paged_kv_cache_bytes(
     page_size: int = 16,
     bytes_per_value: int = 2,
 ) -> int:
-    """Bytes allocated by a paged KV cache: each sequence gets ceil(N / P) pages of P tokens.
+    """Bytes allocated by a paged KV cache: each sequence gets ceil(N / page_size) pages of page_size tokens.
 
     ``seq_lens``: one length or a list (one per sequence of the batch). The last page of a
-    sequence is partly empty: at most P - 1 tokens' worth of waste per sequence (vLLM's
+    sequence is partly empty: at most page_size - 1 tokens' worth of waste per sequence (vLLM's
     PagedAttention allocates this way, in blocks of 16 tokens by default).
     """
     page_size = _checks.positive_int("page_size", page_size)

@@ -21,8 +21,10 @@ Shapes: q, k (..., N, D_k); v (..., N, D_v); gamma (..., N) in (0, 1], or a vect
 outputs (..., N, D_v). Any leading batch dims, any N (not only multiples of C).
 
 Without autograd and with more tokens than one block (BLOCK_TOKENS), the plain and scalar-gated
-chunked forms run block by block into reused buffers, so no temporary but log gamma grows with N:
-under glibc's default malloc a call then asks the kernel for fresh pages mainly for its output.
+chunked forms run block by block into reused buffers, reading any strided (also broadcast) inputs in
+place, so the only allocation of N D values is the output (log gamma and the gate's checks are the
+size of the gate): under glibc's default malloc a call then asks the kernel for fresh pages mainly
+for its output.
 (A vector gate always runs the vectorized form.) The library changes no process-wide
 setting (allocator, threads, default dtype).
 
@@ -224,7 +226,7 @@ def _use_blocks(lead: torch.Size, n: int, q, k, v, gamma=None) -> bool:
 
 # --------------------------------------------------------------------------- plain
 def causal_linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Parallel form: Y = ((Q K^T) * M) V with M the lower-triangular 0/1 mask.
+    """Parallel form: Y = ((Q K^T) * T) V with T (chapter 2's calligraphic T) the lower-triangular 0/1 mask.
 
     q, k: (..., N, D_k); v: (..., N, D_v) -> (..., N, D_v). O(N^2 D) like
     softmax attention, in two matmuls: the form to write down first (training uses the
@@ -288,8 +290,8 @@ def causal_linear_attention_chunked(
     c = min(chunk, n)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if _use_blocks(lead, n, q, k, v):
-        flat = [x.expand(*lead, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (q, k, v)]  # (B', N, D)
-        return _blocked_chunked(*flat, None, c, BLOCK_TOKENS).view(*lead, n, d_v)
+        views = [x.expand(*lead, *x.shape[-2:]) for x in (q, k, v)]  # (..., N, D), no copy
+        return _blocked_chunked(*views, None, c, BLOCK_TOKENS)
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
     nb, t = qc.shape[:2]  # sequences B', chunks N/C
     qc, kc, vc = qc.flatten(0, 1), kc.flatten(0, 1), vc.flatten(0, 1)  # (B' N/C, C, D): one batch dim
@@ -468,9 +470,9 @@ def gated_linear_attention_chunked(
         return y.reshape(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-1])
     if _use_blocks(lead, n, q, k, v, gamma):
-        flat = [x.expand(*lead, *x.shape[-2:]).reshape(-1, *x.shape[-2:]) for x in (q, k, v)]  # (B', N, D)
-        log_g = _log_gamma(gamma, dt).expand(*lead, n).reshape(-1, n)  # (B', N)
-        return _blocked_chunked(*flat, log_g, c, BLOCK_TOKENS).view(*lead, n, d_v)
+        views = [x.expand(*lead, *x.shape[-2:]) for x in (q, k, v)]  # (..., N, D), no copy
+        log_g = _log_gamma(gamma, dt).expand(*lead, n)  # (..., N)
+        return _blocked_chunked(*views, log_g, c, BLOCK_TOKENS)
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
     # pad with gamma = 1 (log 0) and zero q, k, v: padded tokens change nothing
     log_g = _to_chunks(_log_gamma(gamma, dt)[..., None], lead, c)[..., 0]  # (B', N/C, C)
