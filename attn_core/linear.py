@@ -80,9 +80,12 @@ DEFAULT_VECTOR_GATED_CHUNK = 16
 SCAN_BLOCK = 16  # chunks per block of _chunk_states' scan (also the fastest by measurement)
 # Tokens per block of the chunked forms' no-grad path: every temporary holds one block, whatever N is,
 # so each call reuses a few small buffers instead of asking the allocator for N-sized ones. Measured
-# by hand (B' = 4, D = 64, N = 8K and 32K, 2 threads, plain and gated): 4096 the fastest; 2048 3-8%
-# slower, 1024 15-25% slower (Python's cost per block), 8192 up to 7% slower (buffers out of cache).
-BLOCK_TOKENS = 4096
+# by hand (B' = 4, D = 64, N = 8K and 32K, 2 threads, plain and gated), calls repeated in one
+# process: 4096 the fastest, 2048 3-8% slower, 1024 15-25% (Python's cost per block), 8192 up to 7%
+# (buffers out of cache). But in bench/linear_forms.py's fresh process under glibc's defaults, 4096's
+# 5 MiB workspace came as fresh pages at N = 4K in 2 of 3 runs (1,252-1,284 page faults a call, the
+# call 20% slower), 2048's 2.5 MiB in none of 3, and the two were otherwise as fast: 2048 it is.
+BLOCK_TOKENS = 2048
 
 
 # --------------------------------------------------------------------------- checks
