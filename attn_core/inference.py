@@ -1,9 +1,9 @@
 """The inference roofline: FLOPs per byte of each operation, prefill against decode.
 
-A machine does at most ``peak`` FLOP/s and moves at most ``bandwidth`` bytes/s between
-memory and its cores. An operation of intensity I = FLOPs / bytes runs at most at
-min(peak, I * bandwidth) FLOP/s: below the balance point I* = peak / bandwidth it is bound
-by memory, above it by compute (the roofline, Williams et al. 2009).
+A machine does at most ``peak`` (pi) FLOP/s and moves at most ``bandwidth`` (beta) bytes/s
+between memory and its cores. An operation of intensity I = FLOPs / bytes runs at most at
+min(pi, I * beta) FLOP/s: below the ridge point pi / beta it is bound by memory, above it by
+compute (the roofline, Williams et al. 2009).
 
 Prefill multiplies N tokens at once by every weight (intensity ~ N); decode multiplies one
 token per sequence by every weight and reads the whole KV cache for it (intensity ~ 1, and
