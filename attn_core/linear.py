@@ -58,6 +58,7 @@ __all__ = [
     "linear_attention_step",
     "segment_sum",
     "factor_bound",
+    "runs_blocked",
     "DEFAULT_CHUNK",
     "DEFAULT_GATED_CHUNK",
     "DEFAULT_VECTOR_GATED_CHUNK",
@@ -225,6 +226,23 @@ def _use_blocks(lead: torch.Size, n: int, q, k, v, gamma=None) -> bool:
     if q.device.type == "meta":  # the blocked path reads values (the gates choose how it runs)
         return False
     return q.dtype == k.dtype == v.dtype and lead.numel() * n > BLOCK_TOKENS
+
+
+def runs_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor | None = None,
+                 ) -> bool:
+    """Whether the chunked form called now on these inputs (plain, or gated with ``gamma``) runs
+    block by block: without autograd recording it, on a real device, with more than BLOCK_TOKENS
+    tokens over all batch dims and heads together (B H N), and never for a vector gate.
+
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: None, (..., N) or (..., N, D_k). Shapes are
+    what count, not values: expanded views of one small tensor will do.
+    """
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]]
+    if gamma is not None:
+        if _is_vector_gate(gamma, q):
+            return False
+        shapes.append(gamma.shape[:-1])
+    return _use_blocks(torch.broadcast_shapes(*shapes), q.shape[-2], q, k, v, gamma)
 
 
 # --------------------------------------------------------------------------- plain

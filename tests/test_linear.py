@@ -661,6 +661,33 @@ def test_blocked_path_16bit_keeps_the_running_state_in_float32(monkeypatch, dtyp
     assert err <= torch.finfo(dtype).eps, float(err)
 
 
+def test_runs_blocked_says_which_path_runs(monkeypatch):
+    """runs_blocked is True exactly when a chunked call runs block by block: the real
+    _blocked_chunked, wrapped to record its calls, is called for more than BLOCK_TOKENS tokens over
+    batch and heads without autograd, and not at BLOCK_TOKENS, with autograd, on the meta device
+    or with a vector gate."""
+    import attn_core._blocked as blocked
+    import attn_core.linear as lin
+
+    calls = []
+    real = blocked._blocked_chunked
+    monkeypatch.setattr(lin, "_blocked_chunked", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    q, k, v = make_qkv((2,), 40, 4, 3, seed=44)  # 80 tokens > 64
+    scalar, vector = make_gamma((2, 40), seed=45), make_gamma((2, 40, 4), seed=46)
+    cases = [((q, k, v, None), True), ((q[:, :32], k[:, :32], v[:, :32], None), False),  # 64 tokens
+             ((q.clone().requires_grad_(), k, v, None), False), ((q, k, v, scalar), True),
+             ((q, k, v, vector), False),
+             (tuple(torch.empty(2, 40, 4, device="meta") for _ in range(3)) + (None,), False)]
+    for (qq, kk, vv, g), expected in cases:
+        calls.clear()
+        if g is None:
+            lin.causal_linear_attention_chunked(qq, kk, vv, 8)
+        else:
+            lin.gated_linear_attention_chunked(qq, kk, vv, g, 8)
+        assert lin.runs_blocked(qq, kk, vv, g) is expected and bool(calls) is expected
+
+
 def test_blocked_path_float32_tiny_gates_finite():
     """float32, gates of 1e-30 across block borders (blocks of 16 tokens): finite, = definition (F32)."""
     q, k, v = make_qkv((2,), 100, 7, 5, seed=28)
