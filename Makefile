@@ -52,12 +52,15 @@ test: lint unit nbval book-strict browser
 formulas: $(STAMP)
 	$(BIN)/python -m attn_core.formulas
 
-# re-execute every notebook in place (outputs and widget state written by nbclient)
+# re-execute every notebook in place (outputs and widget state written by nbclient); before: the Colab
+# cell and the collapsed cells' labels, after: the numbers the prose quotes (book/_ext/sync_notebooks.py).
+# NB=notebooks/05_memory_ledger.ipynb re-executes one chapter
 notebooks: formulas
-	$(BIN)/python book/_ext/sync_notebooks.py
+	$(BIN)/python book/_ext/sync_notebooks.py --cells $(NB)
 	$(BIN)/python -m jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.record_timing=False \
-	  --ExecutePreprocessor.kernel_name=python3 notebooks/*.ipynb
+	  --ExecutePreprocessor.kernel_name=python3 $(or $(NB),notebooks/*.ipynb)
+	$(BIN)/python book/_ext/sync_notebooks.py $(NB)
 
 # benchmark tables (ratios measured side by side in one run; not tests). The headline is
 # bench/linear_forms.py, under glibc's default malloc in a fresh process, as a reader's notebook runs;
@@ -69,8 +72,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/training.py
 	$(BIN)/python bench/parallel.py
 
+# JupyterLab at the repository root (chapters link to book/ pages), opened on notebooks/;
+# --allow-root where it runs as root, as in a container
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks \
+	  $(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf _build

@@ -5,11 +5,12 @@ Imported by the scripts next to it (``python bench/NAME.py`` puts this folder on
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 import statistics
 import time
+
+from attn_core.display import loglog_slope as slope  # noqa: F401 - the one least-squares fit
 
 
 def page_faults() -> int:
@@ -40,13 +41,6 @@ def side_by_side(fns: dict, repeats: int, number: int = 1, warmup: int = 1,
     if faults is not None:
         faults.update({name: statistics.median(m) for name, m in minflt.items()})
     return {name: statistics.median(s) for name, s in samples.items()}
-
-
-def slope(xs, ys) -> float:
-    """Least-squares slope of log(y) on log(x)."""
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = statistics.fmean(lx), statistics.fmean(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
 
 
 def fmt_time(s: float) -> str:

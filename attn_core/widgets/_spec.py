@@ -11,6 +11,7 @@ import pathlib
 from fractions import Fraction
 
 from .. import _generated, _tables, kv_cache, ledger
+from ..display import _BINARY_UNITS, fmt_bytes, fmt_flops, fmt_tokens  # noqa: F401 - the widgets' formats
 
 _STATIC = pathlib.Path(__file__).parents[1] / "static"
 DEFAULT_MODEL = "3.6B worked example (d=3072, H=24)"
@@ -167,34 +168,6 @@ def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool
 
 
 _SPEC = formula_spec()
-
-
-# ---------------------------------------------------------------------------- formatting
-_BINARY_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
-
-def fmt_bytes(x: float) -> str:
-    """Binary units, as on the page: 2.39 GiB."""
-    for unit, scale in _BINARY_UNITS:
-        if x >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} B"
-
-
-def fmt_flops(x: float) -> str:
-    """Decimal units: 927.71 GFLOPs."""
-    for unit, scale in (("PFLOPs", 1e15), ("TFLOPs", 1e12), ("GFLOPs", 1e9), ("MFLOPs", 1e6)):
-        if x >= scale:
-            return f"{x / scale:.2f} {unit}"
-    return f"{x:.0f} FLOPs"
-
-
-def fmt_tokens(n: float) -> str:
-    """256, 4K, 128K, 1M (powers of 1024), else the integer with separators."""
-    n = round(n)
-    for suffix, scale in (("M", 1024**2), ("K", 1024)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale}{suffix}"
-    return f"{n:,}"
 
 
 def _log_grid(lo: float, hi: float, n: int = 121) -> list[float]:
