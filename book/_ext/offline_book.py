@@ -5,10 +5,10 @@
   in every page. Its scripts are dropped.
 * The theme expects a default colour mode; without one it logs "Got invalid theme mode" on first visit.
 * Chapters cite with plain markdown links,
-  ``[Dao et al., 2022](../book/references.md#dao2022flashattention)``, which JupyterLab and Colab render too. MyST resolves ``page#anchor`` against the page's heading
-  anchors only; the references page's entries are not headings, so their ids (the BibTeX keys, set by
-  ``bibtex_cite_id``) are registered as anchors of that page here, and a link to a missing key still
-  fails the strict build.
+  ``[Dao et al., 2022](../book/references.md#dao2022flashattention)``, which JupyterLab and Colab
+  render too. MyST resolves ``page#anchor`` against the page's heading anchors only; the references
+  page's entries are not headings, so their ids (the BibTeX keys, set by ``bibtex_cite_id``) are
+  registered as anchors of that page here, and a link to a missing key still fails the strict build.
 """
 
 from __future__ import annotations
