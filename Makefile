@@ -47,10 +47,10 @@ browser: $(STAMP)
 
 test: lint unit nbval book-strict browser
 
-# the widgets' formulas, printed by SymPy from attn_core/formulas.py into attn_core/_generated.py and
-# the generated block of attn_core/static/ledger_widgets.js (tests/test_formulas.py checks they are current)
+# the widgets' formulas, printed by SymPy from attn_core/formulas.py into attn_core/static/formulas.js
+# (tests/test_formulas.py checks it is current)
 formulas: $(STAMP)
-	$(BIN)/python -m attn_core.formulas
+	$(BIN)/python -c "from attn_core import formulas; formulas.write_generated()"
 
 # re-execute every notebook in place (outputs and widget state written by nbclient); before: the Colab
 # cell and the collapsed cells' labels, after: the numbers the prose quotes (book/_ext/sync_notebooks.py).

@@ -1,8 +1,9 @@
-"""The activation ledger of a whole pre-norm transformer block, and the block it counts.
+"""The pre-norm transformer block the block ledger counts, and its measurement.
 
 Chapter 5 counts one attention core. A training step keeps more: the norms, the projections'
-inputs, the FFN's hidden activations and the residual dropouts' masks. :func:`block_ledger`
-counts every tensor a pre-norm block keeps for backward, item by item, in bytes::
+inputs, the FFN's hidden activations and the residual dropouts' masks.
+:func:`attn_core.ledger.block_ledger` counts every tensor a pre-norm block keeps for backward,
+item by item, in bytes::
 
     h   = x + dropout(O(attention(Q, K, V)))       Q, K, V = projections of norm1(x)
     out = h + dropout(FFN(norm2(h)))
@@ -12,7 +13,7 @@ and :class:`TransformerBlock` is that block, written so each item is one real te
 alive once the forward has returned (held by autograd, or by a checkpoint for recomputation),
 by item: ``tests/test_block_ledger.py`` checks ledger == measurement over a grid.
 
-Options (the signature of ``attn_core.ledger.block_ledger``):
+Options (the signature of :func:`attn_core.ledger.block_ledger`):
 
 * ``num_kv_heads`` H_kv (GQA / MQA: K and V have H_kv heads; queries share them in groups);
 * ``ffn``: ``"gelu"`` (d -> F -> d, GeLU between) or ``"swiglu"`` (down(silu(gate) * up));
@@ -51,27 +52,10 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ledger import (
-    _CORE_ITEMS,  # noqa: F401
-    ATTENTION_KINDS,
-    BLOCK_ITEMS,
-    FFN_KINDS,
-    NORMS,
-    RECOMPUTE_POLICIES,
-    _check_block_args,
-    block_ledger,
-    korthikanti_bytes,
-)
+from .ledger import BLOCK_ITEMS, _check_block_args
 from .measure import _graph_labels
 
 __all__ = [
-    "BLOCK_ITEMS",
-    "FFN_KINDS",
-    "NORMS",
-    "ATTENTION_KINDS",
-    "RECOMPUTE_POLICIES",
-    "block_ledger",
-    "korthikanti_bytes",
     "TransformerBlock",
     "measure_block",
     "block_saved_by",

@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks
-from .linear import _check_chunk, _check_gamma, _log_gamma, _to_chunks, segment_sum
+from ._chunking import _check_chunk, _check_gamma, _log_gamma, _to_chunks, segment_sum
 
 __all__ = [
     "delta_rule_recurrent",

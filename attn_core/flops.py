@@ -26,14 +26,14 @@ and low-rank projections (MLA): :func:`model_layer_flops` counts a
 
 so Llama 3 8B's crossover is 26,624 tokens: not the 24,576 (6 d) of 24 N d^2, nor the 29,696
 of the same projections counted as d x d (MHA) with its SwiGLU FFN.
-The same formulas are SymPy expressions in :mod:`attn_core.formulas`.
+Both count through the one definition, :func:`attn_core.formulas.layer_flops`.
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from . import _checks
+from . import _checks, formulas
 from .kv_cache import ModelConfig
 
 __all__ = [
@@ -61,6 +61,14 @@ def ffn_flops_coefficient(ffn: str = "mlp", ffn_mult: float = 4) -> Fraction:
     return 2 * FFN_MATRICES[ffn] * Fraction(ffn_mult).limit_denominator(1000)
 
 
+def _mha_layer(N, d, with_ffn, ffn, ffn_mult, causal) -> tuple:
+    """formulas.layer_flops for plain MHA (D = d / H, any H: the FLOPs do not depend on it)."""
+    ffn_dim = Fraction(ffn_mult).limit_denominator(1000) * d
+    ffn_flops_coefficient(ffn, ffn_mult)  # checks ffn and ffn_mult
+    return formulas.layer_flops(N=N, d=d, H=1, **formulas.MHA(d, 1), F=ffn_dim, m_ffn=FFN_MATRICES[ffn],
+                                w_ffn=int(bool(with_ffn)), c_causal=CAUSAL_FACTOR[bool(causal)])
+
+
 def layer_flops(N: int, d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_mult: float = 4,
                 causal: bool = False) -> tuple[int, int]:
     """Forward FLOPs of one layer, split into (linear, quadratic) in N.
@@ -70,11 +78,8 @@ def layer_flops(N: int, d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_
     """
     N = _checks.positive_int("N", N)
     d = _checks.positive_int("d", d)
-    linear = 8 * N * d * d
-    if with_ffn:
-        linear += int(ffn_flops_coefficient(ffn, ffn_mult) * N * d * d)
-    quadratic = int(4 * N * N * d * CAUSAL_FACTOR[bool(causal)])
-    return linear, quadratic
+    linear, quadratic = _mha_layer(N, d, with_ffn, ffn, ffn_mult, causal)
+    return int(linear), int(quadratic)
 
 
 def flops_crossover(d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_mult: float = 4,
@@ -85,33 +90,32 @@ def flops_crossover(d: int, with_ffn: bool = True, *, ffn: str = "mlp", ffn_mult
     N* = (8 + c_ffn) d / 4, doubled when causal halves the quadratic work.
     """
     d = _checks.positive_int("d", d)
-    linear_coeff = Fraction(8)
-    if with_ffn:
-        linear_coeff += ffn_flops_coefficient(ffn, ffn_mult)
-    quad_coeff = 4 * CAUSAL_FACTOR[bool(causal)]
-    n_star = linear_coeff * d / quad_coeff
-    return float(n_star)
+    linear, quadratic = _mha_layer(1, d, with_ffn, ffn, ffn_mult, causal)  # the coefficients of N and N^2
+    return float(Fraction(linear) / quadratic)
+
+
+def _model_args(model: ModelConfig) -> dict:
+    """The symbols of formulas.layer_flops for a model as built."""
+    a = model.formula_args()
+    return {k: a[k] for k in ("d", "H", "H_kv", "D", "D_v", "D_r", "R", "Q_r", "F", "m_ffn")}
 
 
 def model_layer_flops(model: ModelConfig, N: int, *, causal: bool = False,
                       with_ffn: bool = True) -> tuple[int, int]:
     """Forward FLOPs of one layer of a real model, split into (linear, quadratic) in N.
 
-    linear = 2 N (``model.attention_params()`` + ``model.ffn_params()``): every projection as
-    built (GQA's d x H_kv D keys and values, MLA's low-rank factors, the FFN a token passes
-    through); quadratic = 2 N^2 H (D_qk + D_v) for Q K^T and P V, with D_qk the query/key
-    head dim (MLA: d_head + rope_dim), halved with ``causal=True``. Norms, the router of a
-    mixture of experts, softmax and the embeddings are not counted.
+    linear = 2 N (the attention projections as built + the FFN a token passes through): GQA's
+    d x H_kv D keys and values, MLA's low-rank factors, the FFN's 2 or 3 matrices of d x F;
+    quadratic = 2 N^2 H (D_qk + D_v) for Q K^T and P V, with D_qk the query/key head dim
+    (MLA: d_head + rope_dim), halved with ``causal=True``. Norms, the router of a mixture of
+    experts, softmax and the embeddings are not counted.
     """
     N = _checks.positive_int("N", N)
     if not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a ModelConfig, got {type(model).__name__}")
-    weights = model.attention_params() + (model.ffn_params() if with_ffn else 0)
-    linear = 2 * N * weights
-    d_qk = model.d_head + (model.rope_dim or 0)
-    quadratic = int(2 * N * N * model.num_heads * (d_qk + (model.d_v or model.d_head))
-                    * CAUSAL_FACTOR[bool(causal)])
-    return linear, quadratic
+    linear, quadratic = formulas.layer_flops(N=N, **_model_args(model), w_ffn=int(bool(with_ffn)),
+                                             c_causal=CAUSAL_FACTOR[bool(causal)])
+    return int(linear), int(quadratic)
 
 
 def model_flops_crossover(model: ModelConfig, *, causal: bool = False, with_ffn: bool = True) -> float:
@@ -119,5 +123,5 @@ def model_flops_crossover(model: ModelConfig, *, causal: bool = False, with_ffn:
 
     2 N W = 2 N^2 H (D_qk + D_v) c gives N* = W / (H (D_qk + D_v) c), W the layer's weights.
     """
-    lin1, quad1 = model_layer_flops(model, 1, causal=False, with_ffn=with_ffn)
-    return float(Fraction(lin1, quad1) / CAUSAL_FACTOR[bool(causal)])
+    lin1, quad1 = model_layer_flops(model, 1, causal=causal, with_ffn=with_ffn)
+    return float(Fraction(lin1, quad1))

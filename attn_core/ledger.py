@@ -17,8 +17,9 @@ eager attention layer keeps for backward, in bytes. Two versions, chosen by ``sa
   ``masked_fill`` keeps when ``causal=True``. Without dropout one N x N tensor is left and
   the crossover moves to 5d / H.
 
-The same items are SymPy expressions in :mod:`attn_core.formulas` (the widgets evaluate
-those); ``tests/test_formulas.py`` checks the two agree.
+The items are written once, in :func:`attn_core.formulas.memory_items` and
+:func:`attn_core.formulas.block_items` (which the widgets evaluate too); the functions here check
+their arguments, turn options into switch values and evaluate them exactly.
 
 :func:`block_ledger` counts a whole pre-norm transformer block the same way (norms, projections,
 the attention core, the FFN, the dropouts, with recomputation); the block itself and its
@@ -27,7 +28,10 @@ measurement are in :mod:`attn_core.block`.
 
 from __future__ import annotations
 
-from . import _checks
+from fractions import Fraction
+
+from . import _checks, formulas
+from .symbols import SWITCHES
 
 __all__ = [
     "DTYPE_BYTES",
@@ -106,22 +110,25 @@ def activation_ledger(B: int, N: int, d_model: int, H: int, dtype: str = "bf16",
         raise ValueError(f"saved must be one of {list(SAVED_MODELS)}, got {saved!r}")
     b = dtype_bytes(dtype)
     m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
-    nn = B * H * N * N  # values in one (B, H, N, N) tensor
-    autograd = saved == "autograd"
-    drop = bool(dropout)
-    return {
-        "X": B * N * d * b,
-        "Q": B * N * H * D * b,
-        "K": B * N * H_kv * D * b,
-        "V": B * N * H_kv * D_v * b,
-        **({} if autograd else {"S": nn * b}),
-        "P": nn * b,
-        "dropout": nn * (m if autograd else b) if drop else 0,
-        **({"P_drop": nn * b if drop else 0} if autograd else {}),
-        "ctx": B * N * H * D_v * b,
-        **({"mask": N * N if causal else 0} if autograd else {}),
-        "O": 0 if autograd else B * N * d * b,
-    }
+    if m not in (1, b):
+        raise ValueError(f"mask_bytes must be None (the dtype's {b}) or 1 (a bool mask), got {mask_bytes!r}")
+    items = formulas.memory_items(B=B, N=N, d=d, H=H, H_kv=H_kv, D=D, D_v=D_v, D_r=0, b=b,
+                                  k_drop=int(bool(dropout)), a_saved=SAVED_MODELS.index(saved),
+                                  u_mask=int(m == 1), c_mask=int(bool(causal)))
+    keys = _TEACHING_ITEMS if saved == "teaching" else _AUTOGRAD_ITEMS
+    return {k: _int(items[k]) for k in keys}
+
+
+_TEACHING_ITEMS = ("X", "Q", "K", "V", "S", "P", "dropout", "ctx", "O")
+_AUTOGRAD_ITEMS = ("X", "Q", "K", "V", "P", "dropout", "P_drop", "ctx", "mask", "O")
+
+
+def _int(x):
+    """An exact value as an int when it is whole."""
+    x = Fraction(x)
+    if x.denominator != 1:
+        raise ValueError(f"expected a whole number of bytes, got {x}")
+    return int(x)
 
 
 def fused_activation_bytes(B: int, N: int, d_model: int, dtype: str = "bf16") -> int:
@@ -147,34 +154,26 @@ def memory_crossover(d_model: int, H: int, *, saved: str = "teaching", dropout: 
     ratio of the ledger's linear to its quadratic bytes per token, as :func:`activation_ledger`
     counts them.
     """
-    d_model = _checks.positive_int("d_model", d_model)
-    H = _checks.positive_int("H", H)
-    if saved not in SAVED_MODELS:
-        raise ValueError(f"saved must be one of {list(SAVED_MODELS)}, got {saved!r}")
-    b = dtype_bytes(dtype)
-    m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
-    if (num_kv_heads, d_head, d_v) != (None, None, None):
-        items = activation_ledger(1, 1, d_model, H, dtype, dropout, saved=saved, mask_bytes=mask_bytes,
-                                  num_kv_heads=num_kv_heads, d_head=d_head, d_v=d_v)
-        quadratic = sum(items.get(k, 0) for k in ("S", "P", "dropout", "P_drop"))  # B H N^2 items at N = 1
-        return (sum(items.values()) - quadratic) / quadratic
-    if saved == "teaching":
-        linear, quadratic = 6 * b, (3 if dropout else 2) * b
-    else:
-        linear, quadratic = 5 * b, (2 * b + m) if dropout else b
-    return linear * d_model / (quadratic * H)
+    if d_head is None:
+        d, h = _checks.positive_int("d_model", d_model), _checks.positive_int("H", H)
+        _checks.divisible("d_model", d, "H", h)
+
+    def total(n: int) -> int:  # the ledger at B = 1 without the causal mask (it does not scale with B)
+        return sum(activation_ledger(1, n, d_model, H, dtype, dropout, saved=saved, mask_bytes=mask_bytes,
+                                     num_kv_heads=num_kv_heads, d_head=d_head, d_v=d_v).values())
+
+    linear, quadratic = formulas.linear_and_quadratic(total)
+    return float(Fraction(linear) / quadratic)
 
 
 # ------------------------------------------------------------- the whole block (attn_core.block)
 # The pre-norm block these items count, and its measurement, are in attn_core.block.
 
-_BLOCK_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+_BLOCK_DTYPE_BYTES = {k: v for k, v in DTYPE_BYTES.items() if k != "fp8"}  # the block's dtypes
 FFN_KINDS: tuple[str, ...] = ("gelu", "swiglu")
 NORMS: tuple[str, ...] = ("layernorm", "rmsnorm")
 ATTENTION_KINDS: tuple[str, ...] = ("eager", "fused")
 RECOMPUTE_POLICIES: tuple[str, ...] = ("none", "selective", "full")
-
-_BLOCK_BLOCK_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 #: item -> what it is (shapes in the book's symbols; F the FFN width)
 BLOCK_ITEMS: dict[str, str] = {
@@ -204,10 +203,6 @@ BLOCK_ITEMS: dict[str, str] = {
     "ffn_resid.mask": "dropout mask on the FFN branch [B, N, d]",
 }
 
-#: items that exist only without recomputation of the attention core (N x N or the fused kernel's)
-_CORE_ITEMS = ("P", "attn_dropout.mask", "P_drop", "attn.lse")
-
-
 def _choice(name: str, value, options: tuple[str, ...]) -> str:
     if value not in options:
         raise ValueError(f"{name} must be one of {list(options)}, got {value!r}")
@@ -232,6 +227,8 @@ def _check_block_args(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm, attent
         raise ValueError(f"dtype must be one of {sorted(_BLOCK_DTYPE_BYTES)}, got {dtype!r}")
     b = _BLOCK_DTYPE_BYTES[dtype]
     m = b if mask_bytes is None else _checks.positive_int("mask_bytes", mask_bytes)
+    if m not in (1, b):
+        raise ValueError(f"mask_bytes must be None (the dtype's {b}) or 1 (a bool mask), got {mask_bytes!r}")
     return B, N, d, H, H_kv, Fw, b, m
 
 
@@ -246,50 +243,13 @@ def block_ledger(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | No
     gradients, optimizer state and the block's output (the next block's X) are not counted.
     ``dtype`` in {"fp32", "fp16", "bf16"}; the norms' statistics are float32 whatever it is.
     """
-    B, N, d, H, H_kv, Fw, b, m = _check_block_args(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm,
+    B, N, d, H, H_kv, Fw, b, _ = _check_block_args(B, N, d_model, H, num_kv_heads, ffn, ffn_dim, norm,
                                                    attention, mask_bytes, recompute, dtype)
-    D = d // H
-    tok = B * N  # tokens in the micro-batch
-    drop = bool(dropout)
-    eager = attention == "eager"
-    rms = norm == "rmsnorm"
-    swiglu = ffn == "swiglu"
-    nn_ = B * H * N * N  # values in one (B, H, N, N) tensor
-    out = dict.fromkeys(BLOCK_ITEMS, 0)
-    if recompute == "full":
-        out["X"] = tok * d * b
-        return out
-    upcast = rms and b != 4  # RMSNorm's float32 copy of a 16-bit input (fp32: the input itself)
-
-    def norm_items(i: str, x_item: str) -> None:
-        out[x_item] = 0 if upcast else tok * d * b
-        out[f"{i}.fp32_input"] = tok * d * 4 if upcast else 0
-        out[f"{i}.stats"] = tok * 4 * (1 if rms else 2)
-        out[f"{i}.normalized"] = tok * d * 4 if rms else 0
-        out[f"{i}.out"] = tok * d * b
-
-    norm_items("norm1", "X")
-    out["Q"] = tok * H * D * b
-    out["K"] = tok * H_kv * D * b
-    out["V"] = tok * H_kv * D * b
-    if eager:
-        out["P"] = nn_ * b
-        out["attn_dropout.mask"] = nn_ * m if drop else 0
-        out["P_drop"] = nn_ * b if drop else 0
-    else:
-        out["attn.lse"] = 4 * B * H * N
-    out["ctx"] = tok * H * D * b
-    out["attn_resid.mask"] = tok * d * m if drop else 0
-    norm_items("norm2", "h")
-    out["ffn.gate"] = tok * Fw * b if swiglu else 0
-    out["ffn.silu"] = tok * Fw * b if swiglu else 0
-    out["ffn.up"] = tok * Fw * b
-    out["ffn.act"] = tok * Fw * b
-    out["ffn_resid.mask"] = tok * d * m if drop else 0
-    if recompute == "selective":
-        for k in _CORE_ITEMS:
-            out[k] = 0
-    return out
+    switches = {**SWITCHES["norm"][norm], **SWITCHES["ffn_kind"][ffn], **SWITCHES["attention"][attention],
+                **SWITCHES["recompute"][recompute]}
+    items = formulas.block_items(B=B, N=N, d=d, H=H, H_kv=H_kv, F=Fw, b=b, k_drop=int(bool(dropout)),
+                                 u_mask=int(mask_bytes == 1), **switches)
+    return {k: _int(items[k]) for k in BLOCK_ITEMS}
 
 
 def korthikanti_bytes(B: int, N: int, d_model: int, H: int, recompute: str = "none") -> int:

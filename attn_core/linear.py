@@ -20,20 +20,17 @@ Shapes: q, k (..., N, D_k); v (..., N, D_v); gamma (..., N) in (0, 1], or a vect
 (..., N, D_k) with as many dims as q (gated linear attention: M_t = diag(gamma_t) M_{t-1} + k_t v_t^T);
 outputs (..., N, D_v). Any leading batch dims, any N (not only multiples of C).
 
-Without autograd and with more tokens than one block (BLOCK_TOKENS), the plain and scalar-gated
-chunked forms run block by block into reused buffers, reading any strided (also broadcast) inputs in
-place, so the only allocation of N D values is the output (log gamma and the gate's checks are the
-size of the gate): under glibc's default malloc a call then asks the kernel for fresh pages mainly
-for its output.
-(A vector gate always runs the vectorized form.) The library changes no process-wide
-setting (allocator, threads, default dtype).
+The tuned CPU path: without autograd and with more tokens than one block (BLOCK_TOKENS), the plain
+and scalar-gated chunked forms run the same maths block by block, in :mod:`attn_core.blocked`
+(:func:`attn_core.blocked.runs_blocked` says whether a call does; a vector gate never does). The
+library changes no process-wide setting (allocator, threads, default dtype).
 
 The delta rule and the gated delta rule live in :mod:`attn_core.delta` and are re-exported here.
 
 Decays are handled in log space, log D[t, s] = sum_{r=s+1..t} log gamma_r,
 summed without subtracting two large prefix sums, so gamma as small as 1e-30
 neither underflows early nor loses precision. The one exception is the no-grad blocked path of a
-scalar gate: when every chunk's total decay is within :func:`attn_core._blocked.factor_bound` and
+scalar gate: when every chunk's total decay is within :func:`attn_core.blocked.factor_bound` and
 the queries are small enough that the scaled ones stay finite (checked once per call), it factors
 the decay inside a chunk onto the queries and keys, and the scores become one plain matrix
 product; otherwise it too uses the segment sums.
@@ -42,9 +39,28 @@ product; otherwise it too uses the segment sums.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from . import _checks
+from . import _checks, blocked
+from ._chunking import (
+    _check_chunk,
+    _check_gamma,
+    _chunk_states,
+    _decay_matrix,
+    _is_vector_gate,
+    _log_gamma,
+    _to_chunks,
+    segment_sum,
+)
+from .blocked import BLOCK_TOKENS, factor_bound, runs_blocked  # noqa: F401 - re-exported
+
+# the delta rule is a topic of its own (attn_core/delta.py), re-exported here: attn_core.linear.delta_rule_*
+from .delta import (
+    DEFAULT_DELTA_CHUNK,
+    delta_rule_chunked,
+    delta_rule_recurrent,
+    gated_delta_rule_chunked,
+    gated_delta_rule_recurrent,
+)
 
 __all__ = [
     "causal_linear_attention_parallel",
@@ -69,180 +85,20 @@ __all__ = [
     "DEFAULT_DELTA_CHUNK",
 ]
 
-# Default chunk sizes C, each the fastest of C = 16 ... 128 in `make bench` (bench/run.py) on
-# a 2-core CPU at N = 2K ... 32K, D = 64 (geometric mean over N), plain and scalar-gated forms
-# without autograd; measured once by hand with autograd (forward and backward, N = 4K), the
-# scalar-gated one also took less at C = 64 (27 ms) than at C = 32 (35 ms). A vector gate builds a
-# (C, C, D_k) decay tensor per chunk, whose work grows with C: measured once by hand without
-# autograd at N = 4K, its chunked form took 0.20 s with C = 16, 0.37 s at 32 and 0.79 s at 64.
+# Default chunk sizes C: the fastest by measurement (how they were chosen: bench/README.md). A vector
+# gate builds a (C, C, D_k) decay tensor per chunk, whose work grows with C: it takes a smaller C.
 DEFAULT_CHUNK = 64
 DEFAULT_GATED_CHUNK = 64
 DEFAULT_VECTOR_GATED_CHUNK = 16
-SCAN_BLOCK = 16  # chunks per block of _chunk_states' scan (also the fastest by measurement)
-# Tokens per block of the chunked forms' no-grad path: every temporary holds one block, whatever N is,
-# so each call reuses a few small buffers instead of asking the allocator for N-sized ones. Measured
-# by hand (B' = 4, D = 64, N = 8K and 32K, 2 threads, plain and gated), calls repeated in one
-# process: 4096 the fastest, 2048 3-8% slower, 1024 15-25% (Python's cost per block), 8192 up to 7%
-# (buffers out of cache). But in bench/linear_forms.py's fresh process under glibc's defaults, 4096's
-# 5 MiB workspace came as fresh pages at N = 4K in 2 of 3 runs (1,252-1,284 page faults a call, the
-# call 20% slower), 2048's 2.5 MiB in none of 3, and the two were otherwise as fast: 2048 it is.
-BLOCK_TOKENS = 2048
 
 
-# --------------------------------------------------------------------------- checks
-def _check_gamma(gamma, q: torch.Tensor, vector_ok: bool = False) -> torch.Tensor:
-    """gamma must be (..., N), broadcastable to q's leading dims, values in (0, 1].
-
-    With ``vector_ok``, gamma may also be a vector gate (..., N, D_k), one gate per key
-    dimension: it is one when it has at least as many dims as q and its dim -2 is N.
-    """
-    _checks.tensor("gamma", gamma, min_dim=1)
-    n, d_k = q.shape[-2], q.shape[-1]
-    if vector_ok and _is_vector_gate(gamma, q):
-        if gamma.shape[-1] != d_k:
-            raise ValueError(
-                f"gamma as a vector gate must have shape (..., N, D_k) with D_k = {d_k} (q's last dim), "
-                f"got {tuple(gamma.shape)}"
-            )
-        target = q.shape
-    else:
-        if gamma.shape[-1] != n:
-            vec = f", or (..., N, D_k) with as many dims as q {tuple(q.shape)}" if vector_ok else ""
-            raise ValueError(f"gamma must have shape (..., N) with N = {n}{vec}, got {tuple(gamma.shape)}")
-        target = q.shape[:-1]
-    try:
-        torch.broadcast_shapes(gamma.shape, target)
-    except RuntimeError:
-        raise ValueError(
-            f"gamma of shape {tuple(gamma.shape)} does not broadcast to q's {tuple(target)}"
-        ) from None
-    if gamma.device.type != "meta" and not bool(((gamma > 0) & (gamma <= 1)).all()):
-        raise ValueError(
-            f"gamma must lie in (0, 1], got min {gamma.min().item():.3g}, max {gamma.max().item():.3g}"
-        )
-    return gamma
-
-
-def _is_vector_gate(gamma: torch.Tensor, q: torch.Tensor) -> bool:
-    """A vector gate (..., N, D_k) has at least as many dims as q and N in its dim -2."""
-    return gamma.dim() >= q.dim() and gamma.shape[-2] == q.shape[-2]
-
-
-def _check_chunk(chunk) -> int:
-    return _checks.positive_int("chunk", chunk)
-
-
+# --------------------------------------------------------------------------- chunk sizes
 def _gated_chunk(chunk, gamma: torch.Tensor, q: torch.Tensor) -> int:
     """The chunk size of a gated form: the one given, or the default for a scalar or a vector gate."""
     if chunk is None:
         return DEFAULT_VECTOR_GATED_CHUNK if _is_vector_gate(gamma, q) else DEFAULT_GATED_CHUNK
     return _check_chunk(chunk)
 
-
-def _log_gamma(gamma: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """log gamma in at least float32, and in gamma's own precision if higher (float64 stays float64).
-
-    Taking the log before any cast keeps a float64 gamma below float32's range (1e-50) finite.
-    """
-    work = torch.promote_types(torch.promote_types(dtype, torch.float32), gamma.dtype)
-    return torch.log(gamma.to(work))
-
-
-def segment_sum(x: torch.Tensor) -> torch.Tensor:
-    """Pairwise segment sums of the last dim: out[..., t, s] = x[s+1] + ... + x[t].
-
-    x: (..., T) -> (..., T, T); the diagonal is 0 and entries above it
-    (s > t) are -inf, so ``exp(segment_sum(log gamma))`` is the decay matrix
-    D of the gated parallel form. Each entry is a cumulative sum of the terms
-    it covers, not a difference of two prefix sums, so it keeps full relative precision (no
-    cancellation) for
-    very negative logs (Mamba-2's ``segsum``).
-    """
-    t = x.shape[-1]
-    ones = torch.ones(t, t, dtype=torch.bool, device=x.device)
-    xx = torch.where(ones.tril(-1), x[..., :, None], 0.0)  # (..., T, T): xx[i, j] = x[i] if i > j, else 0
-    # out[..., t, s] = sum_{s < i <= t} x[i]; the new tensor xx is summed and masked in place
-    return xx.cumsum_(-2).masked_fill_(~ones.tril(), float("-inf"))
-
-
-def _pad_to_chunks(x: torch.Tensor, chunk: int, dim: int, value: float = 0.0) -> torch.Tensor:
-    """Right-pad dimension ``dim`` (negative) of x to a multiple of ``chunk``."""
-    n = x.shape[dim]
-    pad = (-n) % chunk
-    if pad == 0:
-        return x
-    widths = [0, 0] * (-dim - 1) + [0, pad]
-    return F.pad(x, widths, value=value)
-
-
-def _decay_matrix(x: torch.Tensor) -> torch.Tensor:
-    """exp(segment_sum(x)), the exponential taken in place: (..., C) -> (..., C, C), 0 above the diagonal."""
-    return segment_sum(x).exp_()
-
-
-def _to_chunks(x: torch.Tensor, lead: torch.Size, c: int) -> torch.Tensor:
-    """x (..., N, D) -> (B', N/C, C, D): broadcast to the batch dims ``lead``, flattened to one
-    batch dim B' (a view when nothing broadcasts), right-padded with zeros to a multiple of C."""
-    x = x.expand(*lead, *x.shape[-2:]).reshape(-1, *x.shape[-2:])  # (B', N, D)
-    return _pad_to_chunks(x, c, -2).unflatten(-2, (-1, c))  # (B', N/C, C, D)
-
-
-def _chunk_states(log_a: torch.Tensor, u: torch.Tensor, block: int = SCAN_BLOCK) -> torch.Tensor:
-    """The state entering each chunk: the recurrence M_c = a_c M_{c-1} + U_c, M_{-1} = 0, solved at once.
-
-    log_a: (..., T) log of each chunk's total decay (0 for plain linear attention);
-    u: (..., T, D_k, D_v) each chunk's contribution -> (..., T, D_k, D_v) with
-        out[c] = M_{c-1} = sum_{c' < c} exp(log_a[c'+1] + ... + log_a[c-1]) U_{c'}.
-    For T <= block this is one product with a (T, T) lower-triangular weight matrix (Mamba-2's
-    SSD). For longer T the same is done inside blocks of ``block`` chunks, and the states
-    between blocks come from the same function one level up, so the work stays linear in T.
-    """
-    t = log_a.shape[-1]
-    if t <= block:
-        w = torch.exp(segment_sum(log_a))  # (..., T, T): w[c, c'] = a_{c'+1} ... a_c
-        w = F.pad(w[..., :-1, :], (0, 0, 1, 0))  # (..., T, T): shifted one row down: a_{c'+1} ... a_{c-1}
-        return (w.to(u.dtype) @ u.flatten(-2)).unflatten(-1, u.shape[-2:])  # (..., T, D_k, D_v)
-    x = _pad_to_chunks(log_a, block, -1).unflatten(-1, (-1, block))  # (..., T/P, P)
-    ub = _pad_to_chunks(u, block, -3).unflatten(-3, (-1, block))  # (..., T/P, P, D_k, D_v)
-    local = _chunk_states(x, ub, block)  # (..., T/P, P, D_k, D_v): what comes from inside the block
-    last = local[..., -1, :, :].clone()  # (..., T/P, D_k, D_v); cloned, local is updated in place
-    ends = torch.exp(x[..., -1]).to(u.dtype)[..., None, None] * last + ub[..., -1, :, :]  # block's own state
-    entering = _chunk_states(x.sum(-1), ends, block)  # (..., T/P, D_k, D_v): state entering each block
-    into = F.pad(x[..., :-1], (1, 0)).cumsum(-1)  # (..., T/P, P): log decay from block start to chunk c
-    local.addcmul_(torch.exp(into).to(u.dtype)[..., None, None], entering[..., None, :, :])
-    return local.flatten(-4, -3)[..., :t, :, :]  # (..., T, D_k, D_v)
-
-
-# --------------------------------------------------------------------------- blocked no-grad path
-def _use_blocks(lead: torch.Size, n: int, q, k, v, gamma=None) -> bool:
-    """Whether a chunked form runs block by block (``attn_core._blocked``).
-
-    Only when nothing will be differentiated (the blocks write into buffers with out=, which
-    autograd does not allow) and the batch holds more than one block of tokens: a smaller input
-    is done at once, in fewer and larger operations, its temporaries no larger than one block's.
-    """
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, gamma)):
-        return False
-    if q.device.type == "meta":  # the blocked path reads values (the gates choose how it runs)
-        return False
-    return q.dtype == k.dtype == v.dtype and lead.numel() * n > BLOCK_TOKENS
-
-
-def runs_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor | None = None,
-                 ) -> bool:
-    """Whether the chunked form called now on these inputs (plain, or gated with ``gamma``) runs
-    block by block: without autograd recording it, on a real device, with more than BLOCK_TOKENS
-    tokens over all batch dims and heads together (B H N), and never for a vector gate.
-
-    q, k: (..., N, D_k); v: (..., N, D_v); gamma: None, (..., N) or (..., N, D_k). Shapes are
-    what count, not values: expanded views of one small tensor will do.
-    """
-    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]]
-    if gamma is not None:
-        if _is_vector_gate(gamma, q):
-            return False
-        shapes.append(gamma.shape[:-1])
-    return _use_blocks(torch.broadcast_shapes(*shapes), q.shape[-2], q, k, v, gamma)
 
 
 # --------------------------------------------------------------------------- plain
@@ -297,7 +153,7 @@ def causal_linear_attention_chunked(
     """Chunked form, vectorized over chunks (no Python loop over chunks).
 
     Without autograd and with more than BLOCK_TOKENS tokens in all it runs the same maths block
-    by block instead (``attn_core._blocked``: a loop over sequences and blocks, bounded buffers).
+    by block instead (:mod:`attn_core.blocked`: a loop over sequences and blocks, bounded buffers).
     The same algorithm as :func:`causal_linear_attention_chunked_loop`: every chunk's
     K_c^T V_c comes from one batched matmul, and the state chunk c reads,
     M_{c-1} = sum_{c' < c} K_{c'}^T V_{c'}, is their exclusive prefix sum over the chunk
@@ -310,9 +166,9 @@ def causal_linear_attention_chunked(
     chunk = _check_chunk(chunk)
     c = min(chunk, n)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    if _use_blocks(lead, n, q, k, v):
+    if blocked.use_blocks(lead, n, q, k, v):
         views = [x.expand(*lead, *x.shape[-2:]) for x in (q, k, v)]  # (..., N, D), no copy
-        return _blocked_chunked(*views, None, c, BLOCK_TOKENS)
+        return blocked.blocked_chunked(*views, None, c, blocked.BLOCK_TOKENS)
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
     nb, t = qc.shape[:2]  # sequences B', chunks N/C
     qc, kc, vc = qc.flatten(0, 1), kc.flatten(0, 1), vc.flatten(0, 1)  # (B' N/C, C, D): one batch dim
@@ -471,7 +327,7 @@ def gated_linear_attention_chunked(
     cost stays linear in N. A vector gate (..., N, D_k) runs the same per key dimension, its
     decays inside a chunk exact in log space (a (C, C, D_k) tensor per chunk). For a scalar gate
     without autograd and with more than BLOCK_TOKENS tokens in all, the same maths runs block by
-    block instead (``attn_core._blocked``, which carries the state from chunk to chunk in a loop).
+    block instead (:mod:`attn_core.blocked`, which carries the state from chunk to chunk in a loop).
     q, k: (..., N, D_k); v: (..., N, D_v); gamma: (..., N) or (..., N, D_k) -> (..., N, D_v);
     chunk None: DEFAULT_GATED_CHUNK for a scalar gate, DEFAULT_VECTOR_GATED_CHUNK for a vector one.
     """
@@ -490,10 +346,10 @@ def gated_linear_attention_chunked(
         y = intra + q_in @ states  # (B', N/C, C, D_v)
         return y.reshape(*lead, t * c, d_v)[..., :n, :]  # (..., N, D_v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], gamma.shape[:-1])
-    if _use_blocks(lead, n, q, k, v, gamma):
+    if blocked.use_blocks(lead, n, q, k, v, gamma):
         views = [x.expand(*lead, *x.shape[-2:]) for x in (q, k, v)]  # (..., N, D), no copy
         log_g = _log_gamma(gamma, dt).expand(*lead, n)  # (..., N)
-        return _blocked_chunked(*views, log_g, c, BLOCK_TOKENS)
+        return blocked.blocked_chunked(*views, log_g, c, blocked.BLOCK_TOKENS)
     qc, kc, vc = (_to_chunks(x, lead, c) for x in (q, k, v))  # (B', N/C, C, D_k or D_v)
     # pad with gamma = 1 (log 0) and zero q, k, v: padded tokens change nothing
     log_g = _to_chunks(_log_gamma(gamma, dt)[..., None], lead, c)[..., 0]  # (B', N/C, C)
@@ -541,16 +397,3 @@ def linear_attention_step(state: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
     state = gamma * state + k[..., :, None] * v[..., None, :]  # (..., D_k, D_v)
     y = (q[..., None, :] @ state)[..., 0, :]  # (..., D_v)
     return y, state
-
-
-# --------------------------------------------------------------------------- the delta rule
-# written in attn_core/delta.py (a topic of its own), re-exported here: attn_core.linear.delta_rule_*;
-# and the chunked forms' blocked no-grad path (attn_core/_blocked.py), used by the functions above
-from ._blocked import _blocked_chunked, factor_bound  # noqa: E402
-from .delta import (  # noqa: E402
-    DEFAULT_DELTA_CHUNK,
-    delta_rule_chunked,
-    delta_rule_recurrent,
-    gated_delta_rule_chunked,
-    gated_delta_rule_recurrent,
-)

@@ -21,14 +21,15 @@ K optimizer bytes per parameter and 16-bit weights and gradients:
     stage 2: 2 Psi + (2 + K) Psi / N_d,   3: (2 + 2 + K) Psi / N_d.
 
 The paper's Figure 1 (7.5B parameters, 64 ranks, K = 12): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
-The same expressions are in :mod:`attn_core.formulas` (the "does it fit" widget evaluates them).
+Written once in :func:`attn_core.formulas.training_state` (the "does it fit" widget evaluates it too).
 """
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from . import _checks
+from . import _checks, formulas
+from .symbols import SWITCHES
 
 __all__ = [
     "PRECISIONS",
@@ -39,20 +40,16 @@ __all__ = [
 ]
 
 #: precision -> (weight bytes, gradient bytes, master-weight bytes kept by the optimizer)
-PRECISIONS: dict[str, tuple[int, int, int]] = {"fp32": (4, 4, 0), "bf16_mixed": (2, 2, 4)}
+PRECISIONS: dict[str, tuple[int, int, int]] = {
+    name: (v["w_b"], v["g_b"], v["o_master"]) for name, v in SWITCHES["precision"].items()}
 #: optimizer -> fp32 state values per parameter (AdamW: m and v; SGD with momentum: one buffer)
-OPTIMIZERS: dict[str, int] = {"adamw": 2, "sgd_momentum": 1, "sgd": 0}
+OPTIMIZERS: dict[str, int] = {name: v["n_opt"] for name, v in SWITCHES["optimizer"].items()}
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 
 
 def bytes_per_param(precision: str = "bf16_mixed", optimizer: str = "adamw") -> dict[str, int]:
     """{"weights", "gradients", "optimizer"}: bytes per parameter before any sharding."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
-    if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
-    w, g, master = PRECISIONS[precision]
-    return {"weights": w, "gradients": g, "optimizer": master + 4 * OPTIMIZERS[optimizer]}
+    return training_state_bytes(1, precision=precision, optimizer=optimizer)
 
 
 def _exact(x: Fraction) -> int | Fraction:
@@ -71,7 +68,12 @@ def training_state_bytes(num_params: int, *, precision: str = "bf16_mixed", opti
     dp_ranks = _checks.positive_int("dp_ranks", dp_ranks)
     if isinstance(zero_stage, bool) or zero_stage not in ZERO_STAGES:
         raise ValueError(f"zero_stage must be one of {list(ZERO_STAGES)}, got {zero_stage!r}")
-    per = bytes_per_param(precision, optimizer)
-    sharded = {"optimizer": zero_stage >= 1, "gradients": zero_stage >= 2, "weights": zero_stage >= 3}
-    return {k: _exact(Fraction(per[k] * num_params, dp_ranks if sharded[k] else 1))
-            for k in ("weights", "gradients", "optimizer")}
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
+    switches = {**SWITCHES["precision"][precision], **SWITCHES["optimizer"][optimizer],
+                **SWITCHES["zero"][str(zero_stage)]}
+    switches.pop("b")  # the activations' bytes: not part of the training state
+    state = formulas.training_state(P_w=num_params, N_d=dp_ranks, **switches)
+    return {k: _exact(Fraction(state[k])) for k in ("weights", "gradients", "optimizer")}

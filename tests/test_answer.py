@@ -1,28 +1,35 @@
 """attn_core.widgets.answer: the exercises' answer boxes.
 
-Parsing (numbers, separators, suffixes, units, short expressions), grading (right, close, wrong,
-the box's slips and the common ones: GB against GiB, a factor 2, 1000 against 1024, a missing unit)
-and, with Node.js, the page's grader (static/answer_box.js) against Python's over a table of inputs.
+The grader is written once, in the page's module (static/answer_box.js); these tests run it in
+Node.js: parsing (numbers, separators, suffixes, units, short expressions) and grading (right,
+close, wrong, the box's slips and the common ones: GB against GiB, a factor 2, 1000 against 1024,
+a missing unit), each verdict written here from the rules. Python builds the box's spec.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
-import shutil
-import subprocess
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from js_grader import JS, NODE, _grader_source, grade, parse_answer  # the page's grader, in Node.js
 
 from attn_core.widgets import AnswerBox
-from attn_core.widgets.answer import AnswerParseError, format_expected, grade, parse_answer
+from attn_core.widgets.answer import format_expected
 
 ROOT = Path(__file__).resolve().parents[1]
-JS = ROOT / "attn_core" / "static" / "answer_box.js"
 GiB = 2**30
+pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is not installed: the grader is not run here")
+
+
+class _Box:
+    def __init__(self, box):
+        self.spec, self.expected = box.spec, box.expected
+
+    def check(self, text):
+        return grade(self.spec, text)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -89,13 +96,12 @@ def test_parse_reports_units_and_bases():
 @pytest.mark.parametrize("text", ["", "abc", "1,2345", "1,5", "18 432", "2 +", "(2", "1/0", "ln(-1)",
                                   "sqrt(-4)", "10^400", "1e400", "GiB", "5 %%", "9 heads", "2e", "=4"])
 def test_parse_rejects(text):
-    with pytest.raises(AnswerParseError):
-        parse_answer(text, None)
+    assert parse_answer(text, None) is None
 
 
 # ----------------------------------------------------------------------------- grading
 def _box(expected, **kw):
-    return AnswerBox(expected, **{"label": "test", **kw})
+    return _Box(AnswerBox(expected, **{"label": "test", **kw}))
 
 
 def test_right_within_one_percent_and_says_the_exact_value():
@@ -208,49 +214,19 @@ def test_format_expected():
     assert format_expected(math.log(9)) == "2.19722"
 
 
-def test_the_answer_is_not_in_the_repr_and_python_grades_what_the_page_sends():
-    box = _box(960 * GiB, unit="bytes", label="Exercise 2: the KV cache")
+def test_the_answer_is_not_in_the_repr_and_the_page_sends_its_verdict():
+    box = AnswerBox(960 * GiB, unit="bytes", label="Exercise 2: the KV cache")
     assert repr(box) == "AnswerBox(label='Exercise 2: the KV cache', unit='bytes')"
     assert "960" not in repr(box) and "1030" not in repr(box)
-    box.answer = "960 GB"
-    assert box.verdict["status"] == "slip"
-    box.answer = "960 GiB"
-    assert box.verdict["status"] == "right"
+    assert "verdict" in box.keys and "answer" in box.keys  # synced: the page writes both
+    assert 'model.set("verdict", v)' in JS.read_text()
 
 
 def test_front_end_files_are_the_widget_module():
-    box = _box(1)
+    box = AnswerBox(1)
     assert box._esm == JS.read_text() and "export default" in box._esm
     assert box._css == (ROOT / "attn_core" / "static" / "answer_box.css").read_text()
     assert "http://" not in box._esm and "https://" not in box._esm  # no network
-
-
-# ----------------------------------------------------------------------------- Python == JavaScript
-SPECS = {
-    "cache": _box(960 * GiB, unit="bytes", slips={480 * GiB: "K or V only?"}, hint="2 B N L H_kv D b").spec,
-    "flops": _box(515396075520, unit="FLOPs", hint="8 N d^2 + 4 N^2 d").spec,
-    "tokens": _box(18432, unit="tokens", slips={36864: "twice"}).spec,
-    "exact": _box(7, unit="sequences", exact=True, slips={8: "GiB budget"}).spec,
-    "plain": _box(math.log(9), hint="logistic").spec,
-    "ratio": _box(1.2222222222222223).spec,
-    "zero": _box(0.0).spec,
-    "crossover": _box(Fraction(1881, 3), unit="tokens").spec,
-}
-TEXTS = [
-    "", "  ", "abc", "960 GiB", "1030.8 GB", "960 GB", "480 GiB", "1920 GiB", "960 MiB", "960", "1 TB",
-    "3 TiB", "900 GiB", "5 GFLOPs", "515 GFLOPs", "515.4", "5.15e11", "515.4 MFLOPs", "18432", "18,432",
-    "18K", "18.4K",
-    "19000", "17000", "36864", "36.9K tokens", "4000", "4K", "7", "8", "7 sequences", "6", "9 seq", "ln 9",
-    "ln(9)", "2.197", "2.2", "9", "log10(9)", "1.22x", "1.22", "122%", "0", "0.0", "-1", "1e400", "1/0",
-    "2^30 B", "(1+2)*3", "6 x 3072", "1.2\u00d710^9", "\u22122", "sqrt(2)^2", "exp(-1e400)", "2**10",
-    "627", "626.9", "640", "1/(1e300*1e300)", "1,5", ".5", "3.", "1.e2", "log2 8", "4 K", "2 KiB", "2.4GiB",
-]
-
-
-def _grader_source() -> str:
-    m = re.search(r"// <grader>\n(.*?)// </grader>", JS.read_text(), re.S)
-    assert m, "grader markers missing in answer_box.js"
-    return m.group(1)
 
 
 def test_grader_block_is_pure():
@@ -258,33 +234,3 @@ def test_grader_block_is_pure():
     src = _grader_source()
     for word in ("document", "window", "model", "fetch", "import"):
         assert not re.search(rf"\b{word}\b", src), word
-
-
-NODE = shutil.which("node")
-
-
-@pytest.mark.skipif(NODE is None, reason="Node.js is not installed: the page's grader is not run here")
-def test_js_grader_equals_python(tmp_path):
-    """Every (spec, text) of the table gets the same verdict from the page's grader as from Python's."""
-    cases = [(name, text) for name in SPECS for text in TEXTS]
-    script = tmp_path / "grade.cjs"
-    script.write_text(_grader_source() + """
-const { specs, cases } = JSON.parse(require("fs").readFileSync(0, "utf8"));
-console.log(JSON.stringify(cases.map(([name, text]) => gradeAnswer(specs[name], text))));
-""")
-    out = subprocess.run([NODE, str(script)], input=json.dumps({"specs": SPECS, "cases": cases}),
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    js = json.loads(out.stdout)
-    assert len(js) == len(cases)
-    statuses = set()
-    for (name, text), got in zip(cases, js):
-        want = grade(SPECS[name], text)
-        statuses.add(want["status"])
-        assert got["status"] == want["status"] and got["message"] == want["message"], (name, text, got, want)
-        assert got["hint"] == want["hint"], (name, text)
-        if want["value"] is None:
-            assert got["value"] is None
-        else:
-            assert math.isclose(got["value"], want["value"], rel_tol=1e-15), (name, text)
-    assert statuses == {"right", "close", "wrong", "slip", "unit", "invalid", "empty"}  # the table covers all

@@ -20,6 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attn_core.blocked as blocked
 from attn_core.linear import (
     causal_linear_attention_chunked,
     causal_linear_attention_chunked_loop,
@@ -592,7 +593,7 @@ def test_blocked_path_many_blocks(monkeypatch, gate, block):
     equal the definition (1e-10) and the vectorized path that autograd uses."""
     import attn_core.linear as lin
 
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", block)
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", block)
     q, k, v = make_qkv((2, 3), 101, 7, 5, seed=25)  # 606 tokens: more than one block, so blocks are used
     gamma = None
     if gate == "scalar":
@@ -620,7 +621,7 @@ def test_blocked_path_reads_any_strided_input(monkeypatch, case):
     the vectorized path that autograd uses (1e-10), scalar gate included."""
     import attn_core.linear as lin
 
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", 24)
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", 24)
     q, k, v = make_qkv((2, 3), 53, 6, 4, seed=41)
     gamma = make_gamma((2, 3, 53), seed=42)
     if case == "expanded heads":
@@ -649,7 +650,7 @@ def test_blocked_path_16bit_keeps_the_running_state_in_float32(monkeypatch, dtyp
     chunk instead gave 4.6 epsilon here (measured once by hand)."""
     import attn_core.linear as lin
 
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", 256)
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", 256)
     g = torch.Generator().manual_seed(43)
     q, k, v = (torch.randn(2, 4096, 16, generator=g, dtype=torch.float64).to(dtype) for _ in range(3))
     gamma = (1 - 1e-3 * torch.rand(2, 4096, generator=g, dtype=torch.float64)).to(dtype) if gated else None
@@ -663,16 +664,15 @@ def test_blocked_path_16bit_keeps_the_running_state_in_float32(monkeypatch, dtyp
 
 def test_runs_blocked_says_which_path_runs(monkeypatch):
     """runs_blocked is True exactly when a chunked call runs block by block: the real
-    _blocked_chunked, wrapped to record its calls, is called for more than BLOCK_TOKENS tokens over
+    blocked_chunked, wrapped to record its calls, is called for more than BLOCK_TOKENS tokens over
     batch and heads without autograd, and not at BLOCK_TOKENS, with autograd, on the meta device
     or with a vector gate."""
-    import attn_core._blocked as blocked
     import attn_core.linear as lin
 
     calls = []
-    real = blocked._blocked_chunked
-    monkeypatch.setattr(lin, "_blocked_chunked", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    real = blocked.blocked_chunked
+    monkeypatch.setattr(blocked, "blocked_chunked", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", 64)
     q, k, v = make_qkv((2,), 40, 4, 3, seed=44)  # 80 tokens > 64
     scalar, vector = make_gamma((2, 40), seed=45), make_gamma((2, 40, 4), seed=46)
     cases = [((q, k, v, None), True), ((q[:, :32], k[:, :32], v[:, :32], None), False),  # 64 tokens
@@ -695,11 +695,11 @@ def test_blocked_path_float32_tiny_gates_finite():
     gamma[:, ::5] = 1e-30
     import attn_core.linear as lin
 
-    old, lin.BLOCK_TOKENS = lin.BLOCK_TOKENS, 16
+    old, blocked.BLOCK_TOKENS = blocked.BLOCK_TOKENS, 16
     try:
         out = lin.gated_linear_attention_chunked(q.float(), k.float(), v.float(), gamma.float(), 8)
     finally:
-        lin.BLOCK_TOKENS = old
+        blocked.BLOCK_TOKENS = old
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), linear_attention_reference(q, k, v, gamma), **F32)
 
@@ -710,10 +710,9 @@ def test_blocked_gated_factors_the_decay_only_within_its_bound(monkeypatch, over
     total log decay is within factor_bound (float32: ln(max) / 4 = 22.18); just under it the scaled
     queries reach e^22 and the output still equals the definition to float32 rounding, just over it
     the exact decay matrix is used, with the same result."""
-    import attn_core._blocked as blocked
     import attn_core.linear as lin
 
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", 64)
     c, n = 8, 203  # 25 whole chunks and a last one of 3 tokens
     bound = blocked.factor_bound(torch.float32)
     assert abs(bound - math.log(torch.finfo(torch.float32).max) / 4) < 1e-12 and 22.1 < bound < 22.2
@@ -729,7 +728,7 @@ def test_blocked_gated_factors_the_decay_only_within_its_bound(monkeypatch, over
 
 def test_blocked_gated_path_choice_for_the_tests_gates():
     """The scalar gates of the tests above are factored, the ones with 1e-30 are not: both paths run."""
-    from attn_core._blocked import _spans_fit
+    from attn_core.blocked import _spans_fit
 
     scalar = torch.log(make_gamma((3, 101), seed=26))
     tiny = torch.log(torch.where(torch.rand(3, 101, generator=torch.Generator().manual_seed(27)) < 0.3,
@@ -743,10 +742,9 @@ def test_blocked_gated_float16_large_queries_stay_finite(monkeypatch):
     """float16 (max 65504): a chunk of 64 gates of 0.96 decays by e^-2.61, within the bound e^-2.77,
     but the factor e^2.61 = 13.6 on a query entry of 5000 would overflow; the blocked path checks the
     queries' size, takes the exact form, and equals the float64 definition to float16 rounding."""
-    import attn_core._blocked as blocked
     import attn_core.linear as lin
 
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", 64)
     n, c = 200, 64
     q = torch.full((1, n, 4), 5000.0, dtype=torch.float64)
     k = torch.full((1, n, 4), 1e-3, dtype=torch.float64)
@@ -765,10 +763,9 @@ def test_blocked_gated_float16_large_queries_stay_finite(monkeypatch):
 def test_blocked_gated_one_strong_chunk_sends_the_call_to_the_exact_form(monkeypatch):
     """The choice is made once per call: one chunk that forgets more than the bound, among mild ones,
     makes the whole call exact; both calls equal the definition."""
-    import attn_core._blocked as blocked
     import attn_core.linear as lin
 
-    monkeypatch.setattr(lin, "BLOCK_TOKENS", 64)
+    monkeypatch.setattr(blocked, "BLOCK_TOKENS", 64)
     n, c = 200, 8
     q, k, v = make_qkv((2,), n, 5, 4, seed=31)
     gamma = make_gamma((2, n), seed=32, low=0.9)

@@ -9,6 +9,7 @@ failing rank is reported, not waited on (test_a_failing_rank_does_not_hang).
 import multiprocessing
 import time
 
+import parallel_workers  # tests/parallel_workers.py: the failing, hanging and bad-input workers
 import pytest
 import torch
 
@@ -36,7 +37,8 @@ TP = {  # name: (ranks, spec)
 }
 JOBS = ([(name, "ring", spec, ranks) for name, (ranks, spec) in RING.items()]
         + [(name, "tp", spec, ranks) for name, (ranks, spec) in TP.items()]
-        + [("errors P=4", "errors", None, 4), ("errors P=2", "errors", None, 2)])
+        + [("errors P=4", parallel_workers.worker_errors, None, 4),
+           ("errors P=2", parallel_workers.worker_errors, None, 2)])
 
 
 @pytest.fixture(scope="module")
@@ -131,8 +133,7 @@ def test_tensor_parallel_saved_and_sent_equal_the_ledger(results, name):
     # the "does it fit" widget's parameters per rank (formulas.per_rank_params): the block's
     # 4 d^2 + 2 d F matrix entries split, its two LayerNorms (4 d) whole
     d, F = spec["d"], spec["F"]
-    per_rank = formulas.per_rank_params().subs({formulas.P_w: 4 * d * d + 2 * d * F + 4 * d,
-                                                formulas.P_rep: 4 * d, formulas.t: ranks})
+    per_rank = formulas.per_rank_params(P_w=4 * d * d + 2 * d * F + 4 * d, P_rep=4 * d, t=ranks)
     for r in results[name]:
         assert r["saved_activations"] == sum(items.values())
         assert r["weights"] == sum(weights.values()) == 8 * per_rank
@@ -184,7 +185,7 @@ def test_a_failing_rank_does_not_hang():
     """Rank 1 raises while rank 0 waits for it in the ring: launch() reports rank 1, nothing is left."""
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"rank 1 of 2 failed:(.|\n)*on purpose"):
-        par.launch(par.worker_fail, 2, timeout=60)
+        par.launch(parallel_workers.worker_fail, 2, timeout=60)
     assert time.monotonic() - t0 < 60
     assert multiprocessing.active_children() == []
 
@@ -222,7 +223,7 @@ def test_a_hanging_rank_is_killed_at_the_time_limit():
     """A run that outlives its time limit is killed and reported, not waited on."""
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="did not finish within 6"):
-        par.launch(par.worker_hang, 1, timeout=6)
+        par.launch(parallel_workers.worker_hang, 1, timeout=6)
     assert time.monotonic() - t0 < 20
     assert multiprocessing.active_children() == []
 

@@ -1,11 +1,11 @@
 """attn_core.widgets: the generated formulas equal the library, the widgets show them, the page computes them.
 
-* The widgets' values (attn_core/formulas.py, generated into attn_core/_generated.py) equal the
-  library's plain functions (ledger, flops, kv_cache) over a grid of inputs.
+* The widgets' values (attn_core.formulas.widget_values) equal the library's public functions
+  (ledger, flops, kv_cache, training) over a grid of inputs.
 * Each widget's ``values`` follow its traits and equal the library; bad traits are rejected
   with an error naming the trait.
 * The front end is one local ES module with no network access; with Node.js, its evaluator
-  (the block between the evaluator markers) gives the same numbers as Python over the grid.
+  (static/formulas.js and the block between the evaluator markers) gives Python's numbers over the grid.
 """
 
 import itertools
@@ -23,7 +23,7 @@ import traitlets
 from attn_core import flops, formulas, kv_cache, ledger, training
 from attn_core import widgets as W
 
-STATIC = W._STATIC
+STATIC = formulas.GENERATED_JS.parent
 JS = STATIC / "ledger_widgets.js"
 
 
@@ -130,12 +130,12 @@ def test_spec_is_json_and_names_every_symbol():
     assert spec["format"] == W.SPEC_FORMAT
     assert spec["dtype_bytes"] == ledger.DTYPE_BYTES
     assert {k: v["b"] for k, v in spec["switches"]["dtype"].items()} == ledger.DTYPE_BYTES
-    for kind, fn in W._generated.FUNCTIONS.items():
+    for kind in ("memory", "flops", "explorer", "fit"):
         recipe = spec["widgets"][kind]
         set_by_page = set(recipe["inputs"]) | {s for sw in recipe["switches"]
                                                for opt in spec["switches"][sw].values() for s in opt}
         env = {name: Fraction(2) for name in set_by_page}
-        fn(env)  # every symbol the formulas need is set by a slider or a menu
+        formulas.widget_values(kind, env)  # every symbol the formulas need is set by a slider or a menu
         assert set_by_page <= set(spec["symbols"]), "every symbol is documented"
 
 
@@ -506,26 +506,25 @@ def test_front_end_is_local():
         for call in ("fetch(", "XMLHttpRequest", "import(", "WebSocket", "<script"):
             assert call not in text, f"{path.name} uses {call}"
         assert not re.search(r"^\s*import\s", text, re.M), f"{path.name} imports a module"
-    text = JS.read_text()
+    text = formulas.GENERATED_JS.read_text() + "\n" + JS.read_text()
     assert "export default" in text
     for cls in (W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer, W.FitWidget):
-        assert cls()._esm == text  # anywidget sends the file as it is
+        assert cls()._esm == text  # the generated formulas, then the views: one module
 
 
 def _evaluator_source() -> str:
+    """The generated formulas and the hand-written lookup of inputs and menus (the evaluator block)."""
     text = JS.read_text()
     m = re.search(r"// <evaluator>\n(.*?)// </evaluator>", text, re.S)
     assert m, "evaluator markers missing"
-    return m.group(1)
+    return formulas.GENERATED_JS.read_text() + m.group(1)
 
 
-def test_js_outside_the_generated_block_has_no_formulas():
-    """What is written by hand in the evaluator only looks up inputs and menus; the formulas are generated."""
-    src = _evaluator_source()
-    begin, end = formulas.JS_BEGIN, formulas.JS_END
-    hand = src[:src.index(begin)] + src[src.index(end) + len(end):]
-    for literal in ('"N"', '"d"', '"H"', '"b"', "3072", "24 *", "6 *", "Math.pow"):
-        assert literal not in hand
+def test_hand_written_js_has_no_formulas():
+    """The page's hand-written module only looks up inputs and menus; every formula is generated."""
+    hand = JS.read_text()
+    for pattern in (r"Math\.pow", r"\* b \*", r"\b24 \*", r"(?<![\d.])6 \*", r"\b3072\b"):
+        assert not re.search(pattern, hand), pattern
 
 
 NODE = shutil.which("node")

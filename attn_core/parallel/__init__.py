@@ -48,9 +48,6 @@ from .ring import LAYOUTS, chunk_ids, ring_attention, ring_attention_stats, shar
 from .tensor import ReferenceBlock, TensorParallelBlock
 from .workers import (
     ring_inputs,
-    worker_errors,
-    worker_fail,
-    worker_hang,
     worker_ring,
     worker_suite,
     worker_tp,
@@ -88,8 +85,5 @@ __all__ = [
     "ring_inputs",
     "worker_ring",
     "worker_tp",
-    "worker_errors",
-    "worker_fail",
-    "worker_hang",
     "worker_suite",
 ]

@@ -8,7 +8,7 @@ sequence parallelism) and c (context parallelism). SymPy is imported inside the 
 
 from __future__ import annotations
 
-from .. import _checks, _tables
+from .. import _checks, formulas
 
 
 def _sym():
@@ -19,40 +19,38 @@ def _sym():
     return sp, formulas, formulas.t, formulas.c
 
 
+#: the items of one rank of a TensorParallelBlock, by the block ledger's item they are
+#: (:data:`attn_core.ledger.BLOCK_ITEMS`; the causal mask is the block's own, not a ledger item)
+TP_ITEM_NAMES: dict[str, str] = {
+    "X": "norm 1 input", "norm1.stats": "norm 1 mean, 1/std", "norm1.out": "Q, K, V input", "Q": "Q",
+    "K": "K", "V": "V", "P": "P", "mask": "causal mask", "ctx": "ctx", "h": "norm 2 input",
+    "norm2.stats": "norm 2 mean, 1/std", "norm2.out": "FFN input", "ffn.up": "GeLU input",
+    "ffn.act": "GeLU output",
+}
+
+
 def tp_ledger_exprs(sequence_parallel: bool = False) -> dict:
     """What one rank of a :class:`TensorParallelBlock` saves for backward, item by item (bytes).
 
     SymPy expressions in B, N, d, H, F, b and t, as autograd saves it (checked in
-    tests/test_parallel.py with :func:`attn_core.measure.saved_tensor_bytes` on every rank).
-    Inside the tensor-parallel region (Q, K, V, P, ctx, the FFN's hidden activations) a rank
-    holds its H/t heads or F/t columns: 1/t of each. The rest (the norms' inputs and statistics,
-    the inputs of the column-parallel matmuls) is whole on every rank under TP alone and a 1/t
-    shard along N under sequence parallelism. The causal mask is a dense (N, N) bool tensor
-    (1 byte a value); the norms' mean and 1/std are kept in float32 for 16-bit values and in the
-    values' dtype otherwise (max(b, 4) bytes), as PyTorch's LayerNorm does on a GPU and, with float32
-    weights (mixed precision), on a CPU. Weights are not activations.
+    tests/test_parallel.py with :func:`attn_core.measure.saved_tensor_bytes` on every rank). They
+    are the block ledger's items (:func:`attn_core.formulas.block_items` of an MHA block with
+    LayerNorm, a GeLU MLP, eager attention and no dropout) on one rank
+    (:func:`attn_core.formulas.per_rank_items`): inside the tensor-parallel region (Q, K, V, P,
+    ctx, the FFN's hidden activations) a rank holds its H/t heads or F/t columns, 1/t of each; the
+    rest (the norms' inputs and statistics, the inputs of the column-parallel matmuls) is whole on
+    every rank under TP alone and a 1/t shard along N under sequence parallelism. The block adds a
+    dense (N, N) bool causal mask (1 byte a value). The norms' mean and 1/std are float32 for 16-bit
+    values and the values' dtype otherwise (max(b, 4) bytes). Weights are not activations.
     """
     sp, f, t, _ = _sym()
-    B, N, d, H, F_, b = f.B, f.N, f.d, f.H, f.F, f.b
-    rep = t if sequence_parallel else sp.Integer(1)  # replicated under TP, split along N under SP
-    x = B * N * d * b
-    stat = sp.Max(b, 4)  # bytes of a norm statistic: float32 for 16-bit values
-    return {
-        "norm 1 input": x / rep,
-        "norm 1 mean, 1/std": 2 * B * N * stat / rep,
-        "Q, K, V input": x / rep,
-        "Q": x / t,
-        "K": x / t,
-        "V": x / t,
-        "P": B * H * N**2 * b / t,
-        "causal mask": N**2,
-        "ctx": x / t,
-        "norm 2 input": x / rep,
-        "norm 2 mean, 1/std": 2 * B * N * stat / rep,
-        "FFN input": x / rep,
-        "GeLU input": B * N * F_ * b / t,
-        "GeLU output": B * N * F_ * b / t,
-    }
+    s = f.symbols()
+    B, N, d, H, F_, b = s["B"], s["N"], s["d"], s["H"], s["F"], s["b"]
+    items = f.block_items(B=B, N=N, d=d, H=H, H_kv=H, F=F_, b=b, k_drop=0, u_mask=0, n_rms=0, g_swiglu=0,
+                          e_fused=0, r_sel=0, r_full=0)
+    per = f.per_rank_items(items, t, 1, int(bool(sequence_parallel)), 0)
+    per["mask"] = N**2
+    return {name: per[item] for item, name in TP_ITEM_NAMES.items()}
 
 
 def tp_weight_exprs() -> dict:
@@ -222,7 +220,7 @@ def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None 
 
 
 #: items of :func:`attn_core.ledger.block_ledger` that tensor parallelism splits over its t ranks
-TP_SPLIT_ITEMS = _tables.TP_SPLIT_ITEMS
+TP_SPLIT_ITEMS = formulas.TP_SPLIT_ITEMS
 
 
 def per_rank_activations(items: dict, *, t: int = 1, sequence_parallel: bool = False, c: int = 1,

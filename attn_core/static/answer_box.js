@@ -1,10 +1,10 @@
 // Front end of attn_core.widgets.AnswerBox (an anywidget ES module: no imports, no build step, no network).
 //
 // The reader types an answer; the page grades it here, with no kernel, so the box works in the static
-// book as in JupyterLab and Colab. In a live kernel the text is also sent to Python (the `answer`
-// trait), which grades it again. The block between the grader markers is pure and written to give the
-// verdicts of attn_core/widgets/answer.py's grade(spec, text), line for line; tests/test_answer.py runs
-// it in Node.js over a table of inputs and checks that both agree.
+// book as in JupyterLab and Colab. This is the one grader: Python only builds the question's spec
+// (attn_core/widgets/answer.py). In a live kernel the text and its grade are also sent to Python
+// (the `answer` and `verdict` traits). The block between the grader markers is pure;
+// tests/test_answer.py runs it in Node.js over a table of inputs and the verdicts they must get.
 
 // <grader>
 const SLIP_REL = 1e-9;
@@ -362,6 +362,7 @@ function render({ model, el }) {
     hint.textContent = v.hint ? `Hint: ${v.hint}` : "";
     input.setAttribute("aria-invalid", v.status === "right" || v.status === "empty" ? "false" : "true");
     model.set("answer", input.value);
+    model.set("verdict", v);
     model.save_changes();
   };
   input.addEventListener("keydown", (event) => {

@@ -19,13 +19,13 @@ The package has one module per widget (``memory``, ``flops_widget``, ``explorer`
 what they share (``_spec``: the spec and the exact evaluation; ``_base``; ``_plot``).
 
 **One formula, evaluated twice.** Nothing is computed from formulas typed again in
-JavaScript. Every value a widget shows is a SymPy expression of :mod:`attn_core.formulas`
-(:func:`attn_core.formulas.widget_values`); ``python -m attn_core.formulas`` (``make formulas``)
-prints each one as exact Python (``attn_core/_generated.py``) and, with SymPy's JavaScript
-printer, into the generated block of ``static/ledger_widgets.js``. :func:`formula_spec` only
-says which symbol each slider and menu sets. The tests check that the generated files are up to
-date, that the expressions equal the library's plain functions, and (with Node.js) that the
-page's numbers equal Python's over a grid of inputs.
+JavaScript. Every value a widget shows comes from :func:`attn_core.formulas.widget_values`, which
+calls the library's one definition of each formula: Python calls it with exact Fractions, and
+``make formulas`` calls it with SymPy symbols and prints the
+result, with SymPy's JavaScript printer, into ``static/formulas.js``, which the page loads with
+the widgets' module. :func:`formula_spec` only says which symbol each slider and menu sets. The
+tests check that the generated file is current and (with Node.js) that the page's numbers equal
+Python's over a grid of inputs.
 
 The front end draws its own controls and an inline SVG figure (no CDN, no build step) and
 writes every number it shows into the page as ``<span data-key="total_bytes"
@@ -36,13 +36,10 @@ data-value="...">``. On the Python side every widget keeps the same numbers in i
 
 from __future__ import annotations
 
-from .. import _generated  # noqa: F401 - the generated formulas, for tests and readers
+from ..symbols import SYMBOLS
 from ._spec import (
-    _SPEC,  # noqa: F401
-    _STATIC,  # noqa: F401
     DEFAULT_MODEL,
     SPEC_FORMAT,
-    SYMBOLS,
     build_env,
     compute_values,
     fmt_bytes,

@@ -13,7 +13,8 @@ from ._spec import _SPEC, _STATIC, _log_grid, compute_values
 class _LedgerWidget(anywidget.AnyWidget):
     """Shared machinery: the spec trait, the ``values`` observer, the front end."""
 
-    _esm = _STATIC / "ledger_widgets.js"
+    # the formulas SymPy printed (static/formulas.js), then the views that use them: one module
+    _esm = (_STATIC / "formulas.js").read_text() + "\n" + (_STATIC / "ledger_widgets.js").read_text()
     _css = _STATIC / "ledger_widgets.css"
     _kind = ""
     _inputs: tuple[str, ...] = ()

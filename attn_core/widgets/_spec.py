@@ -1,7 +1,7 @@
-"""What the widgets share: the spec the page receives, the exact Python evaluation, number formats.
+"""What the widgets share: the spec the page receives and the exact Python evaluation.
 
-The formulas themselves are SymPy expressions in :mod:`attn_core.formulas`, generated into
-:mod:`attn_core._generated` (Python) and the page's module (JavaScript).
+The formulas themselves are in :mod:`attn_core.formulas`: Python calls them with exact Fractions
+(:func:`compute_values`), the page runs the JavaScript SymPy prints from them (static/formulas.js).
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import math
 import pathlib
 from fractions import Fraction
 
-from .. import _generated, _tables, kv_cache, ledger
+from .. import formulas, kv_cache, ledger
 from ..display import _BINARY_UNITS, fmt_bytes, fmt_flops, fmt_tokens  # noqa: F401 - the widgets' formats
+from ..symbols import SWITCHES, SYMBOLS
 
 _STATIC = pathlib.Path(__file__).parents[1] / "static"
 DEFAULT_MODEL = "3.6B worked example (d=3072, H=24)"
 SPEC_FORMAT = "attn_core.formula_spec/2"
 
 # ------------------------------------------------------------------------------------ the spec
-SYMBOLS = _tables.SYMBOLS
 
 
 def _number(x):
@@ -54,8 +54,14 @@ def fit_traits(model: kv_cache.ModelConfig) -> dict:
 
 
 def _ledger_items() -> list[list]:
-    """[name, value key, label, 'linear' | 'quadratic'] for each ledger item, in order."""
-    return [[name, f"item.{name}", ledger.ITEM_SHAPES[name], part] for name, part in _generated.MEMORY_ITEMS]
+    """[name, value key, label, 'linear' | 'quadratic'] for each ledger item, in order (the power of N
+    read off formulas.memory_items)."""
+    import sympy as sp
+
+    N = formulas.symbols()["N"]
+    items = formulas.memory_items()
+    part = {name: "quadratic" if sp.degree(e, N) == 2 else "linear" for name, e in items.items()}
+    return [[name, f"item.{name}", ledger.ITEM_SHAPES[name], part[name]] for name in items]
 
 
 _MEMORY_SWITCHES = {"dtype": "dtype", "dropout": "dropout", "saved": "saved", "mask": "mask"}
@@ -81,7 +87,16 @@ def _widget_recipes() -> dict:
         "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal"},
         "constants": {},
     }
-    fit = {k: dict(v) for k, v in _tables.FIT_RECIPE.items()}  # the "does it fit" widget (fit.py)
+    # the "does it fit" widget (fit.py); its dropout masks are bool (1 byte), as on a CUDA accelerator
+    fit = {
+        "inputs": {"B": "B", "N": "N", "P_w": "params", "L": "L", "d": "d", "H": "H", "H_kv": "H_kv",
+                   "F": "F", "N_d": "dp_ranks", "M_gib": "mem_gib", "t": "tp", "c": "cp",
+                   "P_rep": "params_replicated"},
+        "switches": {"precision": "precision", "optimizer": "optimizer", "zero": "zero_stage",
+                     "recompute": "recompute", "attention": "attention", "dropout": "dropout",
+                     "norm": "norm", "ffn_kind": "ffn", "sequence_parallel": "sequence_parallel"},
+        "constants": {},
+    }
     return {"memory": memory, "flops": flops_w, "explorer": explorer, "fit": fit}
 
 
@@ -95,16 +110,16 @@ def formula_spec() -> dict:
 
     * ``widgets``: kind -> ``inputs`` (symbol -> trait), ``switches`` (menu -> trait) and
       ``constants``; the memory widget also lists its ``items`` ([name, value key, label, part]).
-    * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core._tables.SWITCHES`;
+    * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core.symbols.SWITCHES`;
       options of booleans are the strings ``"true"`` / ``"false"``).
     * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits.
     * ``dtype_bytes``, ``symbols`` (what each symbol means), ``format``.
 
-    The formulas are not in the spec: the page runs the functions SymPy generated into
-    ``static/ledger_widgets.js``, Python the same ones in ``attn_core/_generated.py``.
+    The formulas are not in the spec: the page runs the functions SymPy printed into
+    ``static/formulas.js`` from :func:`attn_core.formulas.widget_values`, which Python calls.
     """
     switches = {sw: {opt: {k: _number(v) for k, v in vals.items()} for opt, vals in options.items()}
-                for sw, options in _tables.SWITCHES.items()}
+                for sw, options in SWITCHES.items()}
     models = {name: {**model_traits(m), "source": m.source} for name, m in kv_cache.MODELS.items()}
     return {
         "format": SPEC_FORMAT,
@@ -144,7 +159,7 @@ def build_env(recipe: dict, state: dict, spec: dict) -> dict:
     for sym, trait in recipe["inputs"].items():
         env[sym] = _exact(state[trait])
     for switch, trait in recipe["switches"].items():
-        options = _tables.SWITCHES[switch]
+        options = SWITCHES[switch]
         key = _switch_key(state[trait])
         if key not in options:
             raise ValueError(f"{trait} must be one of {sorted(options)}, got {state[trait]!r}")
@@ -160,7 +175,7 @@ def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool
     that does not exist.
     """
     spec = _SPEC if spec is None else spec
-    raw = _generated.FUNCTIONS[kind](build_env(spec["widgets"][kind], state, spec))
+    raw = formulas.widget_values(kind, build_env(spec["widgets"][kind], state, spec))
     raw = {k: (None if v is None else Fraction(v)) for k, v in raw.items()}
     if exact:
         return raw

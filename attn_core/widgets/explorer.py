@@ -7,7 +7,8 @@ import time
 
 import traitlets
 
-from .. import _tables, flops, kv_cache, ledger
+from .. import flops, kv_cache, ledger
+from ..symbols import SWITCHES
 from ._base import _check_divides, _LedgerWidget
 from ._plot import _bytes_axis, _mark, _share_axis, _tokens_axis
 from ._spec import DEFAULT_MODEL, fmt_tokens, model_traits
@@ -73,8 +74,8 @@ class Explorer(_LedgerWidget):
     dtype = traitlets.Enum(list(ledger.DTYPE_BYTES), default_value="bf16").tag(sync=True)
     causal = traitlets.Bool(False).tag(sync=True)
     dropout = traitlets.Bool(True).tag(sync=True)
-    saved = traitlets.Enum(list(_tables.SWITCHES["saved"]), default_value="teaching").tag(sync=True)
-    mask = traitlets.Enum(list(_tables.SWITCHES["mask"]), default_value="dtype").tag(sync=True)
+    saved = traitlets.Enum(list(SWITCHES["saved"]), default_value="teaching").tag(sync=True)
+    mask = traitlets.Enum(list(SWITCHES["mask"]), default_value="dtype").tag(sync=True)
     measured = traitlets.Dict().tag(sync=True)
     measure_status = traitlets.Unicode("").tag(sync=True)
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import traitlets
 
-from .. import _tables, kv_cache, ledger, training
+from .. import kv_cache, ledger, training
+from ..symbols import SWITCHES
 from ._base import _LedgerWidget
 from ._plot import _byte_unit, _mark, _tokens_axis
 from ._spec import fit_traits, fmt_bytes, fmt_tokens
@@ -85,7 +86,7 @@ class FitWidget(_LedgerWidget):
     optimizer = traitlets.Enum(list(training.OPTIMIZERS), default_value="adamw").tag(sync=True)
     zero_stage = traitlets.Int(1, min=0, max=3).tag(sync=True)
     recompute = traitlets.Enum(list(ledger.RECOMPUTE_POLICIES), default_value="selective").tag(sync=True)
-    attention = traitlets.Enum(list(_tables.SWITCHES["attention"]), default_value="fused").tag(sync=True)
+    attention = traitlets.Enum(list(SWITCHES["attention"]), default_value="fused").tag(sync=True)
     dropout = traitlets.Bool(False).tag(sync=True)
 
     def __init__(self, model: str = DEFAULT_FIT_MODEL, **kwargs):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import traitlets
 
-from .. import _tables, ledger
+from .. import ledger
+from ..symbols import SWITCHES
 from ._base import _HeadsDivideWidth, _LedgerWidget
 from ._plot import _ITEM_COLORS, _byte_unit, _bytes_axis, _mark, _tokens_axis
 from ._spec import fmt_bytes, fmt_tokens
@@ -41,8 +42,8 @@ class MemoryLedgerWidget(_HeadsDivideWidth, _LedgerWidget):
     H = traitlets.Int(24, min=1).tag(sync=True)
     dtype = traitlets.Enum(list(ledger.DTYPE_BYTES), default_value="bf16").tag(sync=True)
     dropout = traitlets.Bool(True).tag(sync=True)
-    saved = traitlets.Enum(list(_tables.SWITCHES["saved"]), default_value="teaching").tag(sync=True)
-    mask = traitlets.Enum(list(_tables.SWITCHES["mask"]), default_value="dtype").tag(sync=True)
+    saved = traitlets.Enum(list(SWITCHES["saved"]), default_value="teaching").tag(sync=True)
+    mask = traitlets.Enum(list(SWITCHES["mask"]), default_value="dtype").tag(sync=True)
 
     def __init__(self, N: int = 4096, d: int = 3072, H: int = 24, dtype: str = "bf16",
                  dropout: bool = True, saved: str = "teaching", mask: str = "dtype", **kwargs):

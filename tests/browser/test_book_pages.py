@@ -11,7 +11,7 @@ for the same inputs. A screenshot of every widget page is saved under _build/scr
 
 Exercise solutions (hide-cell code, dropdown admonitions) must be closed until clicked. Every answer
 box of every chapter is graded in the page: a wrong answer, its slips and the right one are typed and
-submitted with Enter, and the verdict must be the one Python gives. At several
+submitted with Enter, and each must get its verdict. At several
 widths a page shows one search box, the book's title at most once, and no empty header band (the
 look of sphinx-book-theme 1.3.0 with pydata-sphinx-theme 0.17.1; constraints.txt pins 1.2.0/0.16.1).
 Set BOOK_HTML to check a build elsewhere than _build/html.
@@ -346,8 +346,8 @@ def _answer_pages() -> list[Path]:
 
 
 def _wrong_text(spec: dict) -> str:
-    """A typed value that Python grades plainly wrong for this box (no slip, not close)."""
-    from attn_core.widgets.answer import grade
+    """A typed value the grader finds plainly wrong for this box (no slip, not close)."""
+    from js_grader import grade  # the page's grader, run in Node.js
 
     e = spec["expected"]
     for value in (3 * e + 7, 1e-3 * e + 0.123, e + 1e6 + 7, -e - 5):
@@ -368,9 +368,10 @@ def _submit(page, field, text: str) -> None:
 def test_answer_boxes_grade_in_the_page(page, browser, server):
     """Every answer box of a chapter, offline and with no kernel: the input is found by its label,
     a wrong answer, each of the box's slips and then the right answer are typed and submitted with
-    Enter, and the verdict (role="status") says what Python's grade says for the same text. The
+    Enter, and the verdict (role="status") is the one the rules give (wrong, each slip, right) and the
+    grader's message for the same text, run outside the page (tests/js_grader.py). The
     Check button is reachable with Tab and works with Space."""
-    from attn_core.widgets.answer import grade
+    from js_grader import grade  # the page's grader, run in Node.js
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     w = PageWatch(browser, server)
@@ -388,12 +389,13 @@ def test_answer_boxes_grade_in_the_page(page, browser, server):
             field = box.get_by_label(spec["label"], exact=True)  # the label is tied to the input
             status = box.get_by_role("status")
             assert field.count() == 1 and status.count() == 1
-            tries = [_wrong_text(spec)] + [repr(float(v)) for v, _ in spec["slips"]]
-            tries.append(repr(float(spec["expected"])))
-            for text in tries:
+            tries = [(_wrong_text(spec), "wrong")] + [(repr(float(v)), "slip") for v, _ in spec["slips"]]
+            tries.append((repr(float(spec["expected"])), "right"))
+            for text, verdict in tries:
                 _submit(w.page, field, text)
                 want = grade(spec, text)
-                assert status.get_attribute("data-verdict") == want["status"], (spec["label"], text)
+                got = status.get_attribute("data-verdict")
+                assert got == want["status"] == verdict, (spec["label"], text)
                 shown = status.inner_text()
                 assert want["message"] in shown and want["hint"] in shown, (spec["label"], text, shown)
             assert status.get_attribute("data-verdict") == "right"

@@ -8,8 +8,8 @@ computed.
 
 The same server opens a copy of one chapter (ANSWER_CHAPTER, outputs cleared, one cell appended
 that reports the boxes' Python-side grades), runs it, types a wrong and then the right answer into
-every answer box, submitting with Enter, checks each verdict against Python's grade of the same
-text, and re-runs the last cell: the kernel must have received every answer and graded it right.
+every answer box, submitting with Enter, checks each verdict against the grader's for the same text,
+and re-runs the last cell: the kernel must have received every answer and the page's verdict of it.
 """
 
 from __future__ import annotations
@@ -154,11 +154,10 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab, cls):
 
 
 def test_answer_boxes_in_jupyterlab_and_kernel_grades_them(lab, tmp_path):
-    """A chapter's answer boxes with a live kernel: typed, submitted with Enter, graded in the page as
-    in Python, and every answer reaches the kernel (the box's `answer`, graded into `verdict`)."""
+    """A chapter's answer boxes with a live kernel: typed, submitted with Enter, graded in the page,
+    and every answer reaches the kernel with the page's grade (the box's `answer` and `verdict`)."""
+    from js_grader import grade  # the page's grader, run in Node.js
     from playwright.sync_api import sync_playwright
-
-    from attn_core.widgets.answer import grade
 
     specs = {spec["label"]: spec for spec in _chapter_copy(tmp_path)}
     assert specs, f"{ANSWER_CHAPTER} has no answer box"

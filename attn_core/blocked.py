@@ -1,8 +1,12 @@
-"""The chunked linear-attention forms without autograd, block by block (used by attn_core.linear).
+"""The tuned CPU path of chunked linear attention: the same maths, block by block, without autograd.
 
-Processing a sequence in blocks of whole chunks keeps every temporary the size of one block (or of
-the gate), and the buffers are reused from block to block, so the only allocation of N D values is
-the output. Same maths as the vectorized forms of :mod:`attn_core.linear`; the tests check they agree.
+:func:`attn_core.linear.causal_linear_attention_chunked` and
+:func:`~attn_core.linear.gated_linear_attention_chunked` (scalar gate) take this path when autograd
+is not recording and the batch holds more than :data:`BLOCK_TOKENS` tokens (:func:`runs_blocked`
+says whether a call does). Processing a sequence in blocks of whole chunks keeps every temporary the
+size of one block (or of the gate), and the buffers are reused from block to block, so the only
+allocation of N D values is the output. Same maths as the vectorized forms; tests/test_linear.py
+checks they agree. How the block size and the chunk sizes were chosen: bench/README.md.
 """
 
 from __future__ import annotations
@@ -12,7 +16,12 @@ import math
 
 import torch
 
-from .linear import _decay_matrix
+from ._chunking import _decay_matrix, _is_vector_gate
+
+__all__ = ["BLOCK_TOKENS", "runs_blocked", "factor_bound", "blocked_chunked"]
+
+#: tokens per block: every temporary holds one block, whatever N is (chosen in bench/README.md)
+BLOCK_TOKENS = 2048
 
 
 def factor_bound(dtype: torch.dtype) -> float:
@@ -39,7 +48,7 @@ def _spans_fit(log_g: torch.Tensor, c: int, full: int, q: torch.Tensor) -> bool:
     return max(-float(lo), float(hi)) * math.exp(span) < torch.finfo(q.dtype).max
 
 
-def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
+def blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
     """Chunked (gated) linear attention in blocks of whole chunks, with bounded, reused buffers.
 
     The same maths as the vectorized forms, for inference (no autograd: products are written into
@@ -149,3 +158,35 @@ def _blocked_chunked(q, k, v, log_g, c: int, block_tokens: int) -> torch.Tensor:
                 torch.mm(torch.mm(qt, kt.T).mul_(_decay_matrix(lg).to(dt)), vt, out=yt)
                 yt.addmm_(qt * st_in, sts[0])
     return y
+
+
+# ------------------------------------------------------------------------ when it runs
+def use_blocks(lead: torch.Size, n: int, q, k, v, gamma=None) -> bool:
+    """Whether a chunked form runs block by block.
+
+    Only when nothing will be differentiated (the blocks write into buffers with out=, which
+    autograd does not allow) and the batch holds more than one block of tokens: a smaller input
+    is done at once, in fewer and larger operations, its temporaries no larger than one block's.
+    """
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, gamma)):
+        return False
+    if q.device.type == "meta":  # the blocked path reads values (the gates choose how it runs)
+        return False
+    return q.dtype == k.dtype == v.dtype and lead.numel() * n > BLOCK_TOKENS  # read at call time
+
+
+def runs_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gamma: torch.Tensor | None = None,
+                 ) -> bool:
+    """Whether the chunked form called now on these inputs (plain, or gated with ``gamma``) runs
+    block by block: without autograd recording it, on a real device, with more than BLOCK_TOKENS
+    tokens over all batch dims and heads together (B H N), and never for a vector gate.
+
+    q, k: (..., N, D_k); v: (..., N, D_v); gamma: None, (..., N) or (..., N, D_k). Shapes are
+    what count, not values: expanded views of one small tensor will do.
+    """
+    shapes = [q.shape[:-2], k.shape[:-2], v.shape[:-2]]
+    if gamma is not None:
+        if _is_vector_gate(gamma, q):
+            return False
+        shapes.append(gamma.shape[:-1])
+    return use_blocks(torch.broadcast_shapes(*shapes), q.shape[-2], q, k, v, gamma)

@@ -1,6 +1,10 @@
-"""The symbols of attn_core.formulas and the menus that set them (plain data, no SymPy).
+"""The symbols the formulas are written in, and the menus that set them (plain data, no SymPy).
 
-Kept apart from :mod:`attn_core.formulas` so the widgets can use them without importing SymPy.
+* :data:`SYMBOLS`: each symbol of :mod:`attn_core.formulas` and what it means (book/notation.md
+  has the book's notation; switches are 0/1 indicators or the value a menu sets);
+* :data:`ASSUMPTIONS`: what SymPy may assume of each (positive integers, non-negative, ...);
+* :data:`SWITCHES`: menu -> option -> symbol values. The public functions (``block_ledger(norm=
+  "rmsnorm")``), the widgets' menus in Python and the page's menus all read this one table.
 """
 
 from __future__ import annotations
@@ -54,6 +58,19 @@ SYMBOLS: dict[str, str] = {
     "P_rep": "parameters every tensor-parallel rank holds whole (norms, row-parallel biases, positions)",
 }
 
+_POS_INT = {"positive": True, "integer": True}
+_NONNEG_INT = {"nonnegative": True, "integer": True}
+#: symbol -> SymPy assumptions (every symbol of SYMBOLS has an entry)
+ASSUMPTIONS: dict[str, dict] = {
+    **dict.fromkeys(("B", "N", "d", "H", "H_kv", "D", "L", "F", "D_v", "D_k", "t", "c"), _POS_INT),
+    **dict.fromkeys(("D_r", "R", "Q_r", "W", "P_rep"), _NONNEG_INT),
+    **dict.fromkeys(("P_w", "N_d"), _POS_INT),
+    **dict.fromkeys(("b", "f_ffn", "m_ffn", "c_causal", "w_b", "g_b", "M_gib"), {"positive": True}),
+    **dict.fromkeys(("k_drop", "a_saved", "u_mask", "c_mask", "w_ffn", "n_rms", "g_swiglu", "e_fused",
+                     "r_sel", "r_full", "z_1", "z_2", "z_3", "o_master", "n_opt", "s_sp"),
+                    {"nonnegative": True}),
+}
+
 #: menu -> option -> symbol values (the page and Python use the same table)
 SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     "dtype": {"fp32": {"b": 4}, "fp16": {"b": 2}, "bf16": {"b": 2}, "fp8": {"b": 1}},
@@ -74,24 +91,4 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     "sequence_parallel": {"true": {"s_sp": 1}, "false": {"s_sp": 0}},
     "zero": {"0": {"z_1": 0, "z_2": 0, "z_3": 0}, "1": {"z_1": 1, "z_2": 0, "z_3": 0},
              "2": {"z_1": 1, "z_2": 1, "z_3": 0}, "3": {"z_1": 1, "z_2": 1, "z_3": 1}},
-}
-
-#: items of a block's ledger (attn_core.ledger.block_ledger) that tensor parallelism splits over its
-#: t ranks: they belong to the rank's H/t heads (and H_kv/t key/value heads) or F/t FFN columns;
-#: the rest (norms, the residual stream and its dropout masks) is split only by sequence parallelism
-TP_SPLIT_ITEMS: frozenset[str] = frozenset({
-    "Q", "K", "V", "P", "attn_dropout.mask", "P_drop", "attn.lse", "ctx",
-    "ffn.gate", "ffn.silu", "ffn.up", "ffn.act",
-})
-
-#: the "does it fit" widget: which symbol each trait sets (attn_core.widgets.fit); the dropout
-#: masks are bool (1 byte), as on a CUDA accelerator
-FIT_RECIPE: dict = {
-    "inputs": {"B": "B", "N": "N", "P_w": "params", "L": "L", "d": "d", "H": "H", "H_kv": "H_kv",
-               "F": "F", "N_d": "dp_ranks", "M_gib": "mem_gib", "t": "tp", "c": "cp",
-               "P_rep": "params_replicated"},
-    "switches": {"precision": "precision", "optimizer": "optimizer", "zero": "zero_stage",
-                 "recompute": "recompute", "attention": "attention", "dropout": "dropout",
-                 "norm": "norm", "ffn_kind": "ffn", "sequence_parallel": "sequence_parallel"},
-    "constants": {},
 }
