@@ -22,6 +22,8 @@ import re
 
 __all__ = [
     "QUOTE_MIME",
+    "COLORS",
+    "UNITS",
     "VALUE",
     "quote",
     "table",
@@ -118,6 +120,19 @@ def table(header, rows, align=None, caption: str = "") -> Table:
 
 # ----------------------------------------------------------------------------------- formats
 _BINARY_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+_FLOP_UNITS = (("PFLOPs", 10**15), ("TFLOPs", 10**12), ("GFLOPs", 10**9), ("MFLOPs", 10**6))
+#: the unit tables of fmt_bytes and fmt_flops; the widgets' page formats with the same tables
+UNITS = {"bytes": [list(u) for u in _BINARY_UNITS], "flops": [list(u) for u in _FLOP_UNITS]}
+
+#: the colours of the book's charts: a ledger's items and the series the widgets draw (the page
+#: receives this table in the widgets' spec, and matplotlib figures read it here)
+COLORS: dict[str, str] = {
+    "X": "#1b4965", "Q": "#2e86ab", "K": "#5fa8d3", "V": "#89c2d9", "ctx": "#62b6cb", "O": "#a9d6e5",
+    "S": "#d1495b", "P": "#edae49", "dropout": "#f4a259", "P_drop": "#b5838d", "mask": "#6d597a",
+    "eager": "#d1495b", "fused": "#2e86ab", "kv": "#6a4c93", "state": "#3a7d44", "attn": "#f4a259",
+    "now": "#111111", "mark": "#6c757d", "weights": "#1b4965", "gradients": "#5fa8d3", "optimizer": "#edae49",
+    "activations": "#d1495b", "memory": "#adb5bd",
+}
 
 
 def fmt_bytes(x: float) -> str:
@@ -130,7 +145,7 @@ def fmt_bytes(x: float) -> str:
 
 def fmt_flops(x: float) -> str:
     """Decimal units with two decimals: ``927.71 GFLOPs``."""
-    for unit, scale in (("PFLOPs", 1e15), ("TFLOPs", 1e12), ("GFLOPs", 1e9), ("MFLOPs", 1e6)):
+    for unit, scale in _FLOP_UNITS:
         if x >= scale:
             return f"{x / scale:.2f} {unit}"
     return f"{x:.0f} FLOPs"

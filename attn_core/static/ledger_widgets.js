@@ -32,8 +32,15 @@ function computeValues(spec, kind, state) {
 // </evaluator>
 
 // ------------------------------------------------------------------------------ formatting
-const BIN = [["PiB", 2 ** 50], ["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]];
-const DEC = [["PFLOPs", 1e15], ["TFLOPs", 1e12], ["GFLOPs", 1e9], ["MFLOPs", 1e6]];
+// the unit tables and the charts' colours come with the spec (attn_core.display: one source)
+let BIN = [];
+let DEC = [];
+let COLORS = {};
+function useStyle(spec) {
+  BIN = spec.units.bytes;
+  DEC = spec.units.flops;
+  COLORS = spec.colors;
+}
 
 // x in the largest unit of `table` it reaches, two decimals (`short`: "4 GiB", not "4.00 GiB")
 function fmtUnits(x, table, base, short) {
@@ -188,12 +195,6 @@ function logRange(ys) {
   const pos = ys.filter((y) => y !== null && y > 0);
   return [Math.min(...pos) / 1.5, Math.max(...pos) * 1.5];
 }
-
-const COLORS = {
-  X: "#1b4965", Q: "#2e86ab", K: "#5fa8d3", V: "#89c2d9", ctx: "#62b6cb", O: "#a9d6e5",
-  S: "#d1495b", P: "#edae49", dropout: "#f4a259", P_drop: "#b5838d", mask: "#6d597a",
-  eager: "#d1495b", fused: "#2e86ab", kv: "#6a4c93", state: "#3a7d44", attn: "#f4a259", now: "#111111",
-};
 
 // ------------------------------------------------------------------------------ controls
 function el(tag, attrs = {}, children = []) {
@@ -417,7 +418,7 @@ function memoryView(model, root, spec) {
           { label: "fused (FlashAttention)", color: COLORS.fused, pts: fused },
         ],
         vlines: [
-          { x: v.n_star, label: `N* = ${fmtInt(v.n_star)}`, color: "#6c757d" },
+          { x: v.n_star, label: `N* = ${fmtInt(v.n_star)}`, color: COLORS.mark },
           { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
         ],
       });
@@ -694,7 +695,7 @@ function fitView(model, root, spec) {
   const figs = el("div", { class: "al-figures" });
   const changes = el("div");
   root.append(el("div", { class: "al-title", text: "Does it fit? One rank's share of a training step" }), controls, info, ro.box, figs, changes);
-  const PARTS = [["weights", "weights_bytes", "#1b4965"], ["gradients", "gradients_bytes", "#5fa8d3"], ["optimizer state", "optimizer_bytes", "#edae49"], ["activations", "activations_bytes", "#d1495b"]];
+  const PARTS = [["weights", "weights_bytes", COLORS.weights], ["gradients", "gradients_bytes", COLORS.gradients], ["optimizer state", "optimizer_bytes", COLORS.optimizer], ["activations", "activations_bytes", COLORS.activations]];
   return {
     update(state) {
       preset.input.value = model.get("model");
@@ -732,9 +733,9 @@ function fitView(model, root, spec) {
         + " Not counted: embeddings' and loss activations, temporary and communication buffers, fragmentation; no pipeline parallelism.";
       const bars = [
         { label: `one of ${fmtInt(v.devices)} ranks`, parts: PARTS.map(([label, key, color]) => ({ label, color, value: v[key] })) },
-        { label: "accelerator", parts: [{ label: "memory", color: "#adb5bd", value: v.mem_bytes }] },
+        { label: "accelerator", parts: [{ label: "memory", color: COLORS.memory, value: v.mem_bytes }] },
       ];
-      const legend = [...PARTS.map(([label, , color]) => ({ label, color })), { label: "accelerator memory", color: "#adb5bd" }];
+      const legend = [...PARTS.map(([label, , color]) => ({ label, color })), { label: "accelerator memory", color: COLORS.memory }];
       const pts = sweep(spec, "fit", state, 256, 1048576);
       const total = pts.map(([n, p]) => [n, p.total_bytes]);
       const fixed = pts.map(([n, p]) => [n, p.total_bytes - p.activations_bytes]);
@@ -750,7 +751,7 @@ function fitView(model, root, spec) {
             { label: "weights + gradients + optimizer", color: COLORS.X, dash: "6 3", pts: fixed },
           ],
           vlines: [
-            { x: v.n_max || null, label: `longest N = ${fmtInt(v.n_max ? Math.floor(v.n_max) : null)}`, color: "#6c757d" },
+            { x: v.n_max || null, label: `longest N = ${fmtInt(v.n_max ? Math.floor(v.n_max) : null)}`, color: COLORS.mark },
             { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
           ],
         });
@@ -793,6 +794,7 @@ function render({ model, el: host }) {
     root.textContent = "attn_core widget: no formula spec in the widget state.";
     return undefined;
   }
+  useStyle(spec);
   const view = VIEWS[kind](model, root, spec);
   let queued = false;
   const refresh = () => {

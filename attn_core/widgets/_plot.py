@@ -1,20 +1,8 @@
-"""matplotlib helpers for the widgets' ``figure()``: byte and token axes, marks, colours."""
+"""matplotlib helpers for :meth:`attn_core.widgets.Explorer.figure`: byte and token axes, marks."""
 
 from __future__ import annotations
 
-from ._spec import _BINARY_UNITS, fmt_bytes, fmt_tokens
-
-# ------------------------------------------------------------------------- matplotlib helpers
-_ITEM_COLORS = {"X": "#1b4965", "Q": "#2e86ab", "K": "#5fa8d3", "V": "#89c2d9", "ctx": "#62b6cb",
-                "O": "#a9d6e5", "S": "#d1495b", "P": "#edae49", "dropout": "#f4a259",
-                "P_drop": "#b5838d", "mask": "#6d597a"}
-
-
-def _byte_unit(x: float) -> tuple[str, int]:
-    for unit, scale in _BINARY_UNITS:
-        if x >= scale:
-            return unit, scale
-    return "bytes", 1
+from ..display import fmt_bytes, fmt_tokens
 
 
 def _bytes_axis(ax) -> None:

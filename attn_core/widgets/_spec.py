@@ -11,7 +11,7 @@ import pathlib
 from fractions import Fraction
 
 from .. import formulas, kv_cache, ledger
-from ..display import _BINARY_UNITS, fmt_bytes, fmt_flops, fmt_tokens  # noqa: F401 - the widgets' formats
+from ..display import COLORS, UNITS, fmt_bytes, fmt_flops, fmt_tokens  # noqa: F401 - the widgets' formats
 from ..symbols import SWITCHES, SYMBOLS
 
 _STATIC = pathlib.Path(__file__).parents[1] / "static"
@@ -113,7 +113,9 @@ def formula_spec() -> dict:
     * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core.symbols.SWITCHES`;
       options of booleans are the strings ``"true"`` / ``"false"``).
     * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits.
-    * ``dtype_bytes``, ``symbols`` (what each symbol means), ``format``.
+    * ``dtype_bytes``, ``symbols`` (what each symbol means), ``format``;
+    * ``colors`` and ``units``: the charts' colours and the byte and FLOP unit tables, from
+      :mod:`attn_core.display` (one source for the page and for Python's figures and formats).
 
     The formulas are not in the spec: the page runs the functions SymPy printed into
     ``static/formulas.js`` from :func:`attn_core.formulas.widget_values`, which Python calls.
@@ -130,6 +132,8 @@ def formula_spec() -> dict:
         "models": models,
         "default_model": DEFAULT_MODEL,
         "fit_models": {name: fit_traits(m) for name, m in kv_cache.MODELS.items() if not m.is_mla},
+        "colors": dict(COLORS),
+        "units": {k: [list(u) for u in v] for k, v in UNITS.items()},
     }
 
 

@@ -8,6 +8,7 @@ import time
 import traitlets
 
 from .. import flops, kv_cache, ledger
+from ..display import COLORS
 from ..symbols import SWITCHES
 from ._base import _check_divides, _LedgerWidget
 from ._plot import _bytes_axis, _mark, _share_axis, _tokens_axis
@@ -193,15 +194,15 @@ class Explorer(_LedgerWidget):
         v = self.values
         ns, pts = self._sweep(n_range)
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.4))
-        ax1.loglog(ns, [p["act_eager"] for p in pts], color="#d1495b",
+        ax1.loglog(ns, [p["act_eager"] for p in pts], color=COLORS["eager"],
                    label=f"activations x {self.L} layers, eager")
-        ax1.loglog(ns, [p["act_fused"] for p in pts], color="#2e86ab",
+        ax1.loglog(ns, [p["act_fused"] for p in pts], color=COLORS["fused"],
                    label=f"activations x {self.L} layers, fused")
-        ax1.loglog(ns, [p["kv_cache_bytes"] for p in pts], color="#6a4c93", label="KV cache")
-        ax1.loglog(ns, [p["linear_state_bytes"] for p in pts], color="#3a7d44", linestyle="--",
+        ax1.loglog(ns, [p["kv_cache_bytes"] for p in pts], color=COLORS["kv"], label="KV cache")
+        ax1.loglog(ns, [p["linear_state_bytes"] for p in pts], color=COLORS["state"], linestyle="--",
                    label="linear-attention state")
-        _mark(ax1, v["n_star_memory"], f"N* = {v['n_star_memory']:,.0f}", "#d1495b")
-        _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True, y=0.12)
+        _mark(ax1, v["n_star_memory"], f"N* = {v['n_star_memory']:,.0f}", COLORS["eager"])
+        _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", COLORS["now"], dotted=True, y=0.12)
         _tokens_axis(ax1)
         _bytes_axis(ax1)
         ax1.set_ylabel("bytes per sequence (log scale)")
@@ -209,10 +210,10 @@ class Explorer(_LedgerWidget):
         ax1.set_title(f"{self.model}: memory ({self.dtype}, {ledger_name})", fontsize=10)
         ax1.legend(fontsize=7, frameon=False, loc="upper left")
         ax1.grid(True, which="major", alpha=0.3)
-        ax2.semilogx(ns, [100 * p["quadratic_share"] for p in pts], color="#d1495b",
+        ax2.semilogx(ns, [100 * p["quadratic_share"] for p in pts], color=COLORS["eager"],
                      label="quadratic share of layer FLOPs")
-        _mark(ax2, v["n_star_flops"], f"N* = {v['n_star_flops']:,.0f}", "#d1495b")
-        _mark(ax2, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True, y=0.12)
+        _mark(ax2, v["n_star_flops"], f"N* = {v['n_star_flops']:,.0f}", COLORS["eager"])
+        _mark(ax2, self.N, f"N = {fmt_tokens(self.N)}", COLORS["now"], dotted=True, y=0.12)
         _share_axis(ax2)
         ax2.set_title(f"{self.model}: FLOPs ({self.ffn} FFN, F = {self.F}"
                       + (", causal)" if self.causal else ")"), fontsize=10)

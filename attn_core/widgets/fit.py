@@ -7,8 +7,7 @@ import traitlets
 from .. import kv_cache, ledger, training
 from ..symbols import SWITCHES
 from ._base import _LedgerWidget
-from ._plot import _byte_unit, _mark, _tokens_axis
-from ._spec import fit_traits, fmt_bytes, fmt_tokens
+from ._spec import fit_traits
 
 #: the presets the widget offers: models whose blocks the block ledger describes (per-head K and V,
 #: D = d / H, one dense FFN); DeepSeek-V2 (MLA, mixture of experts) is not one of them
@@ -148,42 +147,3 @@ class FitWidget(_LedgerWidget):
                 setattr(self, name, value)
             self.tp = tp  # kept when it divides the new preset's H, H_kv and F, else 1
         self._update_values()
-
-    def figure(self, n_range: tuple[int, int] = (256, 1048576)):
-        """The widget's figure with matplotlib: the stacked bar at N, and the total against N."""
-        import matplotlib.pyplot as plt
-
-        v = self.values
-        parts = [("weights", "weights_bytes", "#1b4965"), ("gradients", "gradients_bytes", "#5fa8d3"),
-                 ("optimizer state", "optimizer_bytes", "#edae49"),
-                 (f"activations ({self.L} blocks)", "activations_bytes", "#d1495b")]
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
-        unit, scale = _byte_unit(max(v["total_bytes"], v["mem_bytes"]))
-        bottom = 0.0
-        for label, key, color in parts:
-            ax1.bar(0, v[key] / scale, bottom=bottom, color=color, label=label, width=0.6)
-            bottom += v[key] / scale
-        ax1.axhline(v["mem_bytes"] / scale, color="#111111", linestyle="--", linewidth=1,
-                    label=f"accelerator: {self.mem_gib:g} GiB")
-        ax1.set_xticks([0], [f"one of {v['devices']:,} ranks, N = {fmt_tokens(self.N)}"])
-        ax1.set_ylabel(f"memory ({unit})")
-        ax1.set_title(f"{self.model}: {fmt_bytes(v['total_bytes'])} "
-                      f"({'fits' if v['fits'] else 'does not fit'})", fontsize=10)
-        ax1.legend(fontsize=7, frameon=False, loc="upper right")
-        ns, pts = self._sweep(n_range)
-        ax2.loglog(ns, [p["total_bytes"] for p in pts], color="#d1495b", label="total per rank")
-        ax2.loglog(ns, [p["total_bytes"] - p["activations_bytes"] for p in pts], color="#1b4965",
-                   linestyle="--", label="weights + gradients + optimizer")
-        ax2.axhline(v["mem_bytes"], color="#111111", linestyle=":", linewidth=1, label="accelerator memory")
-        if v["n_max"]:
-            _mark(ax2, v["n_max"], f"longest N = {int(v['n_max']):,}", "#6c757d")
-        _tokens_axis(ax2)
-        ax2.set_yscale("log", base=2)
-        ax2.set_ylabel("memory per rank (bytes, log scale)")
-        ax2.set_title(f"{self.precision}, {self.optimizer}, ZeRO {self.zero_stage} over {self.dp_ranks} "
-                      f"DP ranks, TP {self.tp}{' + SP' if self.sequence_parallel else ''}, CP {self.cp}, "
-                      f"recompute {self.recompute}, {self.attention}", fontsize=9)
-        ax2.legend(fontsize=8, frameon=False)
-        ax2.grid(True, which="major", alpha=0.3)
-        fig.tight_layout()
-        return fig

@@ -8,8 +8,6 @@ import traitlets
 
 from .. import flops
 from ._base import _HeadsDivideWidth, _LedgerWidget
-from ._plot import _mark, _share_axis, _tokens_axis
-from ._spec import fmt_flops, fmt_tokens
 
 
 class FlopsWidget(_HeadsDivideWidth, _LedgerWidget):
@@ -53,37 +51,3 @@ class FlopsWidget(_HeadsDivideWidth, _LedgerWidget):
         if not (math.isfinite(x) and x > 0):
             raise traitlets.TraitError(f"ffn_mult must be a positive number, got {x!r}")
         return x
-
-    def figure(self, n_range: tuple[int, int] = (256, 1048576)):
-        """The widget's figure with matplotlib: FLOPs and the quadratic share against N."""
-        import matplotlib.pyplot as plt
-
-        v = self.values
-        ns, pts = self._sweep(n_range)
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-        ax1.loglog(ns, [p["linear_flops"] for p in pts], color="#2e86ab",
-                   label=f"linear: projections + {self.ffn} FFN")
-        ax1.loglog(ns, [p["quadratic_flops"] for p in pts], color="#d1495b",
-                   label="quadratic: QK^T and PV" + (" (causal)" if self.causal else ""))
-        _mark(ax1, v["n_star"], f"N* = {v['n_star']:,.0f}", "#d1495b")
-        _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", "#111111", dotted=True)
-        _tokens_axis(ax1)
-        ax1.set_ylabel("forward FLOPs, one layer (log scale)")
-        ax1.set_title(f"d = {self.d}: {fmt_flops(v['linear_flops'])} linear, "
-                      f"{fmt_flops(v['quadratic_flops'])} quadratic at N = {fmt_tokens(self.N)}",
-                      fontsize=10)
-        ax1.legend(fontsize=8, frameon=False)
-        ax1.grid(True, which="major", alpha=0.3)
-        ax2.semilogx(ns, [100 * p["quadratic_share"] for p in pts], color="#d1495b",
-                     label="whole layer (with FFN)")
-        ax2.semilogx(ns, [100 * p["quadratic_share_attention"] for p in pts], color="#f4a259",
-                     linestyle="--", label="attention block alone")
-        _mark(ax2, v["n_star"], f"N* = {v['n_star']:,.0f}", "#d1495b")
-        _mark(ax2, v["n_star_attention"], f"N* = {v['n_star_attention']:,.0f}", "#f4a259", y=0.12)
-        _share_axis(ax2)
-        ax2.set_title(f"ffn = {self.ffn}, causal = {self.causal}, H = {self.H} (D = {v['d_head']:g})",
-                      fontsize=10)
-        ax2.legend(fontsize=8, frameon=False, loc="upper left")
-        ax2.grid(True, which="major", alpha=0.3)
-        fig.tight_layout()
-        return fig
