@@ -397,7 +397,8 @@ def _memory_values(e: dict) -> dict:
 
 
 def _flops_values(e: dict) -> dict:
-    fixed = {**MHA(e["d"], e["H"]), "F": e["f_ffn"] * e["d"]}
+    # per-head K and V with H_kv heads (GQA), head dims d / H, the FFN of width F
+    fixed = {**MHA(e["d"], e["H"]), "H_kv": e["H_kv"]}
 
     def at(n, w):
         return _take(layer_flops, e, **fixed, N=n, w_ffn=w)

@@ -121,7 +121,7 @@ def test_solve_derives_the_book_crossovers():
         assert sp.simplify(solved.subs(switches) - expected) == 0
         assert sp.simplify(widget.subs(switches) - expected) == 0
     fl = formulas.widget_values("flops")
-    mlp = {S["m_ffn"]: 2, S["f_ffn"]: 4, S["c_causal"]: 1}
+    mlp = {S["m_ffn"]: 2, S["F"]: 4 * d, S["H_kv"]: H, S["c_causal"]: 1}
     assert sp.simplify(fl["n_star"].subs(mlp) - 6 * d) == 0
     assert sp.simplify(fl["n_star_attention"].subs(mlp) - 2 * d) == 0
     assert sp.simplify(fl["n_star"].subs({**mlp, S["c_causal"]: sp.Rational(1, 2)}) - 12 * d) == 0
@@ -159,7 +159,7 @@ def test_widget_values_without_env_are_expressions_and_zero_division_is_none():
     assert set(exprs) == {"memory", "flops", "explorer", "fit"}
     assert all(isinstance(sp.sympify(e), sp.Expr) for e in exprs["memory"].values())
     env = {n: Fraction(1) for n in SYMBOLS}
-    env.update(f_ffn=Fraction(4), m_ffn=Fraction(2))
+    env.update(F=Fraction(4), m_ffn=Fraction(2))
     assert formulas.widget_values("flops", env)["n_star"] == Fraction(24, 4)  # 6d at d = 1
     assert formulas.widget_values("flops", {**env, "c_causal": 0})["n_star"] is None  # no quadratic term
     with pytest.raises(ValueError, match="kind"):

@@ -31,8 +31,9 @@ def memory_state(B=1, N=4096, d=3072, H=24, dtype="bf16", dropout=True, saved="t
     return {"B": B, "N": N, "d": d, "H": H, "dtype": dtype, "dropout": dropout, "saved": saved, "mask": mask}
 
 
-def flops_state(N=4096, d=3072, H=24, ffn="mlp", causal=False, ffn_mult=4.0):
-    return {"N": N, "d": d, "H": H, "ffn": ffn, "causal": causal, "ffn_mult": ffn_mult}
+def flops_state(N=4096, d=3072, H=24, ffn="mlp", causal=False, F=None, H_kv=None):
+    return {"N": N, "d": d, "H": H, "H_kv": H if H_kv is None else H_kv, "F": 4 * d if F is None else F,
+            "ffn": ffn, "causal": causal}
 
 
 def explorer_state(model=None, N=4096, dtype="bf16", causal=False, dropout=True, B=1, saved="teaching",
@@ -61,10 +62,10 @@ MEMORY_GRID = [
         (("teaching", "dtype"), ("autograd", "dtype"), ("autograd", "bool")))
 ]
 FLOPS_GRID = [
-    flops_state(N, d, H, ffn, causal, mult)
-    for N, (d, H), ffn, causal, mult in itertools.product(
+    flops_state(N, d, H, ffn, causal, F=round(mult * d), H_kv=H // g)
+    for N, (d, H), ffn, causal, mult, g in itertools.product(
         (1, 63, 4096, 18432, 1048576), ((64, 4), (768, 12), (3072, 24), (5120, 128)),
-        ("mlp", "swiglu"), (False, True), (4.0, 3.5, 2.6875))
+        ("mlp", "swiglu"), (False, True), (4.0, 3.5, 2.6875), (1, 4))
 ]
 EXPLORER_GRID = [
     explorer_state(model, N, dtype, causal, dropout, saved=saved)
@@ -119,7 +120,7 @@ FIT_GRID = [
 
 def _id(state):
     return ",".join(f"{k}={v}" for k, v in state.items() if k in ("B", "N", "d", "H", "H_kv", "L", "dtype",
-                                                                    "dropout", "ffn", "causal", "ffn_mult",
+                                                                    "dropout", "ffn", "causal", "F",
                                                                     "window", "saved", "mask"))
 
 
@@ -169,17 +170,21 @@ def test_memory_values_equal_ledger(state):
 
 @pytest.mark.parametrize("state", FLOPS_GRID, ids=_id)
 def test_flops_values_equal_layer_flops(state):
+    """The widget's numbers are those of a model of the same shape (flops.model_layer_flops), and for
+    MHA those of the 24 N d^2 + 4 N^2 d ledger (flops.layer_flops)."""
     v = W.compute_values("flops", state, exact=True)
-    N, d, ffn, causal, mult = (state[k] for k in ("N", "d", "ffn", "causal", "ffn_mult"))
-    linear, quadratic = flops.layer_flops(N, d, ffn=ffn, ffn_mult=mult, causal=causal)
-    assert math.floor(v["linear_flops"]) == linear  # the library truncates a fractional FFN count
-    assert v["quadratic_flops"] == quadratic
-    lin_attn, quad_attn = flops.layer_flops(N, d, with_ffn=False, causal=causal)
+    N, d, H, H_kv, F_, ffn, causal = (state[k] for k in ("N", "d", "H", "H_kv", "F", "ffn", "causal"))
+    model = kv_cache.ModelConfig("state", 1, d, H, H_kv, d // H, F_, ffn=ffn)
+    linear, quadratic = flops.model_layer_flops(model, N, causal=causal)
+    assert (v["linear_flops"], v["quadratic_flops"]) == (linear, quadratic)
+    lin_attn, quad_attn = flops.model_layer_flops(model, N, causal=causal, with_ffn=False)
     assert v["linear_flops_attention"] == lin_attn
     assert v["total_flops_attention"] == lin_attn + quad_attn
-    assert float(v["n_star"]) == flops.flops_crossover(d, ffn=ffn, ffn_mult=mult, causal=causal)
-    assert float(v["n_star_attention"]) == flops.flops_crossover(d, with_ffn=False, causal=causal)
-    assert v["d_head"] == Fraction(d, state["H"])
+    assert float(v["n_star"]) == flops.model_flops_crossover(model, causal=causal)
+    assert float(v["n_star_attention"]) == flops.model_flops_crossover(model, causal=causal, with_ffn=False)
+    assert v["d_head"] == Fraction(d, H)
+    if H_kv == H and F_ == 4 * d and ffn == "mlp":
+        assert (linear, quadratic) == flops.layer_flops(N, d, causal=causal)
 
 
 @pytest.mark.parametrize("state", EXPLORER_GRID, ids=_id)
@@ -341,15 +346,30 @@ def test_memory_widget_values_follow_traits():
 
 
 def test_flops_widget_values_follow_traits():
-    w = W.FlopsWidget(d=4096, H=32, ffn="swiglu", causal=True, N=131072)
+    w = W.FlopsWidget(model="custom", d=4096, H=32, H_kv=32, F=16384, ffn="swiglu", causal=True, N=131072)
     lin, quad = flops.layer_flops(131072, 4096, ffn="swiglu", causal=True)
     assert (w.values["linear_flops"], w.values["quadratic_flops"]) == (lin, quad)
     w.causal = False
     assert w.values["n_star"] == flops.flops_crossover(4096, ffn="swiglu")
     w.ffn = "mlp"
     assert w.values["n_star"] == 6 * 4096
+    w.H_kv = 8
     w.H = 8  # H changes D, not the FLOPs
     assert w.values["d_head"] == 512 and w.values["n_star"] == 6 * 4096
+    with pytest.raises(traitlets.TraitError, match="H_kv"):
+        w.H = 4  # H_kv = 8 key/value heads cannot serve 4 query heads
+
+
+def test_flops_widget_presets_give_the_models_crossover():
+    """Llama 3 8B's preset (GQA, a SwiGLU FFN of 14,336) gives its N* = 26,624, not 6d."""
+    w = W.FlopsWidget(model="Llama 3 8B")
+    assert (w.d, w.H, w.H_kv, w.F, w.ffn) == (4096, 32, 8, 14336, "swiglu")
+    assert w.values["n_star"] == flops.model_flops_crossover(kv_cache.MODELS["Llama 3 8B"]) == 26624
+    w.H_kv = 32  # a slider move makes it custom
+    assert w.model == "custom" and w.values["n_star"] > 26624
+    w.model = "GPT-2 small"
+    assert (w.d, w.H, w.H_kv, w.F, w.ffn) == (768, 12, 12, 3072, "mlp") and w.model == "GPT-2 small"
+    assert W.FlopsWidget.compute_values(model="Llama 3 8B")["n_star"] == 26624
 
 
 def test_explorer_presets_and_custom():
@@ -409,7 +429,7 @@ def test_presets_cover_models():
         (lambda: W.MemoryLedgerWidget(d=3010), "d"),
         (lambda: W.FlopsWidget(ffn="moe"), "ffn"),
         (lambda: W.FlopsWidget(d=-1), "d"),
-        (lambda: W.FlopsWidget(ffn_mult=0.0), "ffn_mult"),
+        (lambda: W.FlopsWidget(F=0), "F"),
         (lambda: W.Explorer(model="GPT-5"), "model"),
         (lambda: W.Explorer(H_kv=5), "H_kv"),
         (lambda: W.Explorer(L=0), "L"),
@@ -422,7 +442,7 @@ def test_presets_cover_models():
         (lambda: W.FitWidget(tp=3), "tp"),
         (lambda: W.FitWidget(cp=0), "cp"),
     ],
-    ids=["N=0", "N float", "dtype", "H does not divide d", "d not divisible", "ffn", "d<0", "ffn_mult=0",
+    ids=["N=0", "N float", "dtype", "H does not divide d", "d not divisible", "ffn", "d<0", "F=0",
          "model", "H_kv does not divide H", "L=0", "window<0", "zero_stage=4", "fit model", "precision",
          "dp_ranks=0", "recompute", "tp does not divide H", "cp=0"],
 )

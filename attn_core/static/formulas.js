@@ -46,26 +46,26 @@ function memoryValues(env) {
 }
 
 function flopsValues(env) {
-  const { H, N, c_causal, d, f_ffn, m_ffn } = env;
+  const { F, H, H_kv, N, c_causal, d, m_ffn } = env;
   const out = {};
   let v;
-  v = 2*N*(Math.pow(d, 2)*f_ffn*m_ffn + 4*Math.pow(d, 2));
+  v = 2*N*(F*d*m_ffn + 2*Math.pow(d, 2) + 2*H_kv*Math.pow(d, 2)/H);
   out['linear_flops'] = Number.isFinite(v) ? v : null;
   v = 4*Math.pow(N, 2)*c_causal*d;
   out['quadratic_flops'] = Number.isFinite(v) ? v : null;
-  v = 4*Math.pow(N, 2)*c_causal*d + 2*N*(Math.pow(d, 2)*f_ffn*m_ffn + 4*Math.pow(d, 2));
+  v = 4*Math.pow(N, 2)*c_causal*d + 2*N*(F*d*m_ffn + 2*Math.pow(d, 2) + 2*H_kv*Math.pow(d, 2)/H);
   out['total_flops'] = Number.isFinite(v) ? v : null;
-  v = 4*Math.pow(N, 2)*c_causal*d/(4*Math.pow(N, 2)*c_causal*d + 2*N*(Math.pow(d, 2)*f_ffn*m_ffn + 4*Math.pow(d, 2)));
+  v = 4*Math.pow(N, 2)*c_causal*d/(4*Math.pow(N, 2)*c_causal*d + 2*N*(F*d*m_ffn + 2*Math.pow(d, 2) + 2*H_kv*Math.pow(d, 2)/H));
   out['quadratic_share'] = Number.isFinite(v) ? v : null;
-  v = (1/4)*(2*Math.pow(d, 2)*f_ffn*m_ffn + 8*Math.pow(d, 2))/(c_causal*d);
+  v = (1/4)*(2*F*d*m_ffn + 4*Math.pow(d, 2) + 4*H_kv*Math.pow(d, 2)/H)/(c_causal*d);
   out['n_star'] = Number.isFinite(v) ? v : null;
-  v = 8*N*Math.pow(d, 2);
+  v = 2*N*(2*Math.pow(d, 2) + 2*H_kv*Math.pow(d, 2)/H);
   out['linear_flops_attention'] = Number.isFinite(v) ? v : null;
-  v = 4*Math.pow(N, 2)*c_causal*d + 8*N*Math.pow(d, 2);
+  v = 4*Math.pow(N, 2)*c_causal*d + 2*N*(2*Math.pow(d, 2) + 2*H_kv*Math.pow(d, 2)/H);
   out['total_flops_attention'] = Number.isFinite(v) ? v : null;
-  v = 4*Math.pow(N, 2)*c_causal*d/(4*Math.pow(N, 2)*c_causal*d + 8*N*Math.pow(d, 2));
+  v = 4*Math.pow(N, 2)*c_causal*d/(4*Math.pow(N, 2)*c_causal*d + 2*N*(2*Math.pow(d, 2) + 2*H_kv*Math.pow(d, 2)/H));
   out['quadratic_share_attention'] = Number.isFinite(v) ? v : null;
-  v = 2*d/c_causal;
+  v = (1/4)*(4*Math.pow(d, 2) + 4*H_kv*Math.pow(d, 2)/H)/(c_causal*d);
   out['n_star_attention'] = Number.isFinite(v) ? v : null;
   v = d/H;
   out['d_head'] = Number.isFinite(v) ? v : null;

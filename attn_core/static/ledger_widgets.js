@@ -139,9 +139,12 @@ function lineChart(o) {
 }
 
 function stackedBars(o) {
-  // o.bars: [{label, parts: [{label, color, value}]}], values in bytes
-  const { w, h } = o;
-  const m = { l: 64, r: 150, t: 26, b: 42 };
+  // o.bars: [{label, parts: [{label, color, value}]}], values in bytes; the legend's column is as
+  // wide as its longest label (about 5.8 px a character at 10 px), so no label is cut
+  const { h } = o;
+  const legendW = 26 + 5.8 * Math.max(...o.legend.map((item) => item.label.length));
+  const m = { l: 64, r: Math.max(150, legendW), t: 26, b: 42 };
+  const w = o.w + m.r - 150;
   const top = Math.max(...o.bars.map((b) => b.parts.reduce((s, p) => s + p.value, 0)), 1);
   const unit = BIN.find(([, s]) => top >= s) || ["bytes", 1];
   const ticks = niceLinearTicks(top / unit[1]);
@@ -219,7 +222,7 @@ function rangeControl(label, { min, max, step, onInput, title }) {
 function selectControl(label, options, onChange) {
   const sel = el("select", { "aria-label": label });
   for (const [value, text] of options) sel.appendChild(el("option", { value, text }));
-  const wrap = el("div", { class: "al-control" }, [el("label", { text: label }), sel, el("output")]);
+  const wrap = el("div", { class: "al-control al-select" }, [el("label", { text: label }), sel]);
   sel.addEventListener("change", () => onChange(sel.value));
   return { wrap, input: sel };
 }
@@ -409,7 +412,7 @@ function memoryView(model, root, spec) {
         w: 400, h: 310, bars, legend, ylabel: "activation memory",
         title: `one layer at N = ${fmtTokens(state.N)}`,
       }) + lineChart({
-        w: 540, h: 310, xlog: true, ylog: true, xmin: 64, xmax: 131072, ymin, ymax,
+        w: 500, h: 310, xlog: true, ylog: true, xmin: 64, xmax: 131072, ymin, ymax,
         title: `d = ${state.d}, H = ${state.H}, ${state.dtype}, B = ${state.B}`,
         xlabel: "sequence length N (tokens, log scale)", ylabel: "activation memory, one layer (log)",
         xticks: logTicks(64, 131072, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 2, 7, (y) => fmtBytes(y, true)),
@@ -429,8 +432,31 @@ function memoryView(model, root, spec) {
 function flopsView(model, root, spec) {
   const controls = el("div", { class: "al-controls" });
   const add = (w) => controls.appendChild(w);
-  const c = archControls(model, add, { withN: true, nLog2: [8, 20], withHkv: false, withL: false, onArch: () => ({}) });
-  const ffn = selectControl("FFN", Object.keys(spec.switches.ffn).map((k) => [k, `${k} (${spec.switches.ffn[k].m_ffn} matrices)`]), (v) => commit(model, { ffn: v }));
+  // presets: the models with per-head K and V (MLA's are the explorer's)
+  const names = Object.keys(spec.models).filter((k) => !spec.models[k].kv_latent);
+  const FLOPS_ARCH = ["d", "H", "H_kv", "F", "ffn"];
+  const preset = selectControl("model", [...names.map((k) => [k, k]), ["custom", "custom"]], (name) => {
+    if (name in spec.models) {
+      const arch = {};
+      for (const k of FLOPS_ARCH) arch[k] = spec.models[name][k];
+      commit(model, { model: name, ...arch });
+    } else {
+      commit(model, { model: "custom" });
+    }
+  });
+  preset.wrap.classList.add("al-wide");
+  add(preset.wrap);
+  // moving a slider makes the model "custom"; moving d keeps the ratio F / d
+  const onArch = (ch) => ("d" in ch
+    ? { model: "custom", F: Math.max(1, Math.round((model.get("F") / model.get("d")) * ch.d)) }
+    : { model: "custom" });
+  const c = archControls(model, add, { withN: true, nLog2: [8, 20], withHkv: true, withL: false, onArch });
+  const F = rangeControl("F / d", {
+    min: 0.5, max: 8, step: 0.125, title: "FFN width over the model width",
+    onInput: (x) => commit(model, { F: Math.max(1, Math.round(x * model.get("d"))), model: "custom" }),
+  });
+  add(F.wrap);
+  const ffn = selectControl("FFN", Object.keys(spec.switches.ffn).map((k) => [k, `${k} (${spec.switches.ffn[k].m_ffn} matrices)`]), (v) => commit(model, { ffn: v, model: "custom" }));
   add(ffn.wrap);
   const causal = checkControl("causal kernel (skips the masked half)", (v) => commit(model, { causal: v }));
   add(causal.wrap);
@@ -443,12 +469,15 @@ function flopsView(model, root, spec) {
     ["n_star_attention", "FLOPs crossover N*, attention block", fmtInt],
     ["d_head", "head dimension D = d / H", (x) => String(+x.toFixed(2))],
   ]);
-  const note = el("div", { class: "al-note", text: "H does not change the FLOPs: H heads of N^2 D each make N^2 d." });
+  const note = el("div", { class: "al-note", text: "H does not change the quadratic FLOPs: H heads of N^2 D each make N^2 d. Fewer key/value heads (H_kv < H) shrink the K and V projections, so N* comes earlier." });
   const figs = el("div", { class: "al-figures" });
   root.append(el("div", { class: "al-title", text: "The FLOPs of one transformer layer: linear against quadratic in N" }), controls, ro.box, note, figs);
   return {
     update(state) {
       c.sync();
+      preset.input.value = model.get("model");
+      F.input.value = String(state.F / state.d);
+      F.out.textContent = `${state.F.toLocaleString("en-US")} (${+(state.F / state.d).toFixed(3)} d)`;
       ffn.input.value = state.ffn;
       causal.input.checked = !!state.causal;
       const v = computeValues(spec, "flops", state);
@@ -463,7 +492,7 @@ function flopsView(model, root, spec) {
       ];
       figs.innerHTML = lineChart({
         w: 470, h: 310, xlog: true, ylog: true, xmin: 256, xmax: 1048576, ymin, ymax,
-        title: `forward FLOPs of one layer, d = ${state.d}`,
+        title: `forward FLOPs of one layer, d = ${state.d}, H_kv = ${state.H_kv}, F = ${state.F}`,
         xlabel: "sequence length N (tokens, log scale)", ylabel: "FLOPs (log scale)",
         xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 10, 7, (y) => fmtFlops(y, true)),
         series: [
@@ -501,6 +530,7 @@ function explorerView(model, root, spec) {
       commit(model, { model: "custom" });
     }
   });
+  preset.wrap.classList.add("al-wide");
   add(preset.wrap);
   // moving an architecture slider makes the model "custom"; moving d or H sets D = d / H and
   // keeps the FFN width ratio F / d
@@ -554,6 +584,12 @@ function explorerView(model, root, spec) {
     status.textContent = "needs a running kernel (open the notebook in JupyterLab or Colab and run it)";
     button.disabled = false;
   };
+  if (model.get("_static_page")) {
+    // no kernel will answer in the book: say so at once, and offer nothing to click
+    button.disabled = true;
+    button.title = "This page has no Python kernel: run the notebook in JupyterLab or Colab to measure.";
+    status.textContent = "Disabled here: this page has no Python kernel. Open the notebook in JupyterLab or Colab (the launch buttons at the top) to time it on your machine.";
+  }
   button.addEventListener("click", () => {
     if (model.get("_static_page")) {
       noKernel();
@@ -605,7 +641,12 @@ function explorerView(model, root, spec) {
       info.textContent = `${name}: d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, D = ${state.D}, L = ${state.L}, FFN ${state.ffn} of width ${state.F}`
         + (state.window ? `, sliding window ${state.window} tokens` : "")
         + (state.kv_latent ? `, MLA latent of ${state.kv_latent} values per token and layer` : "")
-        + (src ? ` (${src})` : "");
+        + (src ? ` (${src})` : "") + ". "
+        + (state.saved === "teaching"
+          ? "Activations: the attention core's teaching ledger of chapter 5 (S, P and the dropout multiplier kept, no FFN)."
+          : "Activations: the attention core as autograd saves it (chapter 5; no FFN).")
+        + " A whole training step keeps more items (norms, the FFN), and a fused kernel keeps no N x N tensor:"
+        + " chapter 10's \"does it fit\" widget counts a whole block as PyTorch keeps it, so its numbers differ from these.";
       const v = computeValues(spec, "explorer", state);
       ro.update(v);
       const pts = sweep(spec, "explorer", state, 256, 1048576);
@@ -649,6 +690,7 @@ function fitView(model, root, spec) {
     const tp = Number(model.get("tp"));
     commit(model, { model: name, ...arch, tp: tpDegrees(arch).includes(tp) ? tp : 1 });
   });
+  preset.wrap.classList.add("al-wide");
   add(preset.wrap);
   const N = rangeControl("N", { min: 8, max: 20, step: 0.25, title: "sequence length, log scale", onInput: (x) => commit(model, { N: Math.round(2 ** x) }) });
   add(N.wrap);

@@ -76,7 +76,7 @@ def _widget_recipes() -> dict:
         "items": [it for it in _ITEMS if it[0] != "mask"],  # the widget's layer is not causal
     }
     flops_w = {
-        "inputs": {"N": "N", "d": "d", "H": "H", "f_ffn": "ffn_mult"},
+        "inputs": {"N": "N", "d": "d", "H": "H", "H_kv": "H_kv", "F": "F"},
         "switches": {"ffn": "ffn", "causal": "causal"},
         "constants": {},
     }
