@@ -6,7 +6,11 @@
   On the meta device tensors have shapes and dtypes but no data, so a layer
   at N = 32768 is "run" in milliseconds.
 * :func:`count_flops` wraps ``torch.utils.flop_counter.FlopCounterMode``.
-* :func:`time_fn` is a median wall-clock timer.
+* :func:`time_fn` is a median wall-clock timer; :func:`time_interleaved` times several functions
+  side by side (their calls interleaved, so a busy machine slows all of them alike), with the page
+  faults of each call where the system counts them.
+* :func:`step_memory` tracks one training step (forward, backward, optimizer step) with PyTorch's
+  own memory tracker on fake tensors: the running peak after each phase and what makes it up.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ __all__ = [
     "count_flops",
     "flops_by_op",
     "time_fn",
+    "page_faults",
+    "time_interleaved",
+    "step_memory",
 ]
 
 
@@ -200,3 +207,90 @@ def time_fn(fn: Callable, *args, repeats: int = 5, warmup: int = 1, **kwargs) ->
         fn(*args, **kwargs)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def page_faults() -> int | None:
+    """Minor page faults of this process so far (fresh pages the kernel handed over), or None where
+    the system does not count them (Python's ``resource`` module is Unix only)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def time_interleaved(fns: dict, repeats: int = 5, number: int = 1, warmup: int = 1,
+                     faults: dict | None = None) -> dict[str, float]:
+    """Median seconds per call of each zero-argument function of ``fns``, the calls interleaved.
+
+    Round robin: every repeat calls each function once (``number`` times back to back, for
+    microsecond-scale work), so a machine that slows down in the middle slows every function alike
+    and their ratios stay meaningful. If a dict is given as ``faults``, it receives each function's
+    median page faults per call (None where the system does not count them).
+    """
+    for name, value in (("repeats", repeats), ("number", number)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    seconds = {name: [] for name in fns}
+    minflt = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, f in fns.items():
+            before = page_faults()
+            t0 = time.perf_counter()
+            for _ in range(number):
+                f()
+            seconds[name].append((time.perf_counter() - t0) / number)
+            if before is not None:
+                minflt[name].append((page_faults() - before) / number)
+    if faults is not None:
+        faults.update({name: statistics.median(m) if m else None for name, m in minflt.items()})
+    return {name: statistics.median(s) for name, s in seconds.items()}
+
+
+def step_memory(build: Callable, inputs: Callable, *, later: bool = False) -> dict:
+    """Track one training step with ``torch.distributed._tools.mem_tracker.MemTracker`` on fake tensors.
+
+    ``build()`` returns ``(module, optimizer)`` and ``inputs()`` the module's input; both are called
+    inside ``FakeTensorMode``, so any size costs no memory. The step is forward, ``.sum().backward()``,
+    ``optimizer.step()`` and ``zero_grad()``; with ``later=True`` one untracked step runs first, so
+    that the optimizer's state exists from the start (the steady state of training). Returns
+    ``{"running": {phase: the running peak after it, bytes}, "after_forward": {category: bytes},
+    "peak": {category: bytes at the peak}, "phase": the first phase whose running peak is the
+    step's, "params": the module's parameter count, "tensors": its parameter tensors}``; categories
+    as MemTracker names them (PARAM,
+    BUFFER, GRAD, ACT, TEMP, OPT, OTH, Total), on the CPU.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    def snapshot(mt, kind="current"):
+        snap = mt.get_tracker_snapshot(kind).get(torch.device("cpu"), {})
+        return {str(k).split(".")[-1]: v for k, v in snap.items()}
+
+    with FakeTensorMode():
+        module, optimizer = build()
+        x = inputs()
+        if later:
+            module(x).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        mt, running = MemTracker(), {}
+        mt.track_external(module, optimizer)
+        with mt:
+            out = module(x)
+            after_forward, running["forward"] = snapshot(mt), snapshot(mt, "peak")["Total"]
+            out.sum().backward()
+            running["backward"] = snapshot(mt, "peak")["Total"]
+            optimizer.step()
+            optimizer.zero_grad()
+            running["optimizer step"] = snapshot(mt, "peak")["Total"]
+        peak = snapshot(mt, "peak")
+        params = sum(p.numel() for p in module.parameters())
+        tensors = len(list(module.parameters()))
+    phase = next(name for name, value in running.items() if value == peak["Total"])
+    return {"running": running, "after_forward": after_forward, "peak": peak, "phase": phase,
+            "params": params, "tensors": tensors}
+

@@ -78,3 +78,35 @@ def test_time_fn_runs_warmup_plus_repeats_and_returns_median():
 def test_time_fn_bad_input(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         measure.time_fn(lambda: None, **kwargs)
+
+
+def test_time_interleaved_calls_each_function_in_turn():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    faults = {}
+    t = measure.time_interleaved(fns, repeats=3, number=2, warmup=1, faults=faults)
+    assert set(t) == set(faults) == {"a", "b"} and all(s >= 0 for s in t.values())
+    # one warm-up call each, then round robin: a a b b, three times
+    assert calls == ["a", "b"] + ["a", "a", "b", "b"] * 3
+    with pytest.raises(ValueError, match="repeats"):
+        measure.time_interleaved(fns, repeats=0)
+
+
+def test_step_memory_tracks_a_step_on_fake_tensors():
+    """A Linear layer and AdamW: the parameters are 2,080 float32 values, AdamW keeps two moments each."""
+    import torch
+
+    def build():
+        lin = torch.nn.Linear(64, 32)
+        return lin, torch.optim.AdamW(lin.parameters(), foreach=False)
+
+    first = measure.step_memory(build, lambda: torch.randn(8, 64))
+    later = measure.step_memory(build, lambda: torch.randn(8, 64), later=True)
+    assert first["params"] == 64 * 32 + 32 == 2080
+    assert set(first["running"]) == {"forward", "backward", "optimizer step"}
+    assert first["peak"]["PARAM"] == 2080 * 4
+    # AdamW's state: two float32 moments per parameter and one float32 step count per tensor (2 tensors);
+    # during the step its temporaries come on top
+    assert later["after_forward"]["OPT"] == 2 * 2080 * 4 + 2 * 4 < later["peak"]["OPT"]
+    assert first["running"]["forward"] <= first["running"]["backward"] <= first["peak"]["Total"]
+    assert first["phase"] in first["running"]

@@ -19,7 +19,8 @@ sys.path.insert(0, str(ROOT / "book" / "_ext"))
 from sync_notebooks import CELL_ID, TITLE, colab_cell_source, collapsed_metadata  # noqa: E402
 
 # a cell may skip nbval's comparison only if it times something (or shows a bench run's times) or a widget
-IGNORE_OK = re.compile(r"time_fn|perf_counter|timeit|measure_time|bench\[|Widget\(|Explorer\(")
+IGNORE_OK = re.compile(r"time_fn|time_interleaved|perf_counter|timeit|measure_time|bench\[|Widget\("
+                       r"|Explorer\(")
 
 
 def _toc_files() -> list[str]:

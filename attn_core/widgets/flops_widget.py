@@ -74,7 +74,8 @@ class FlopsWidget(_HeadsDivideWidth, _LedgerWidget):
     def _valid_H(self, proposal):
         H = proposal["value"]
         if self.d % H or H % self.H_kv:
-            raise traitlets.TraitError(f"H ({H}) must divide d ({self.d}) and be divisible by H_kv ({self.H_kv})")
+            raise traitlets.TraitError(
+                f"H ({H}) must divide d ({self.d}) and be divisible by H_kv ({self.H_kv})")
         return H
 
     @traitlets.validate("H_kv")

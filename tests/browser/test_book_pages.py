@@ -9,7 +9,9 @@ the test, so the book must work with no network. On widget pages each slider is 
 keyboard; the numbers the page then shows must change and equal what attn_core computes in Python
 for the same inputs. A screenshot of every widget page is saved under _build/screenshots/.
 
-Exercise solutions (hide-cell code, dropdown admonitions) must be closed until clicked. Every answer
+Exercise solutions (hide-cell code, HTML <details>) must be closed until clicked. Every page is read
+at a desk's width and at a 420 px phone's: nothing wider than the screen, no number in bold, every
+collapsed cell labelled. Every answer
 box of every chapter is graded in the page: a wrong answer, its slips and the right one are typed and
 submitted with Enter, and each must get its verdict. At several
 widths a page shows one search box, the book's title at most once, and no empty header band (the
@@ -111,13 +113,37 @@ class PageWatch:
         self.page.route("**/*", route)
 
 
+# [text before each <!--name--> comment in the article, its font weight, its paragraph's weight]
+QUOTED_WEIGHTS = """() => {
+  const out = [];
+  const walker = document.createTreeWalker(document.querySelector("article") || document.body,
+                                           NodeFilter.SHOW_COMMENT);
+  for (let c = walker.nextNode(); c; c = walker.nextNode()) {
+    if (!/^\\s*[A-Za-z_]\\w*\\s*$/.test(c.data)) continue;
+    const before = c.previousSibling;
+    if (!before || before.nodeType !== Node.TEXT_NODE) continue;
+    const el = before.parentElement;
+    const block = el.closest("p, li, td, th, dd, summary") || el;
+    out.push([before.data.slice(-12), Number(getComputedStyle(el).fontWeight),
+              Number(getComputedStyle(block).fontWeight)]);
+  }
+  return out;
+}"""
+
+
 def _rel(page: Path) -> str:
     return page.relative_to(HTML).as_posix()
 
 
 @pytest.mark.parametrize("page", _pages(), ids=_rel)
 def test_page_offline_clean_and_math_rendered(page, browser, server):
-    """No console error, no request leaving 127.0.0.1, and rendered math wherever the page has math."""
+    """No console error, no request leaving 127.0.0.1, and rendered math wherever the page has math.
+
+    The same visit checks how the page reads: numbers in the prose in its own weight (no bold
+    but an exercise label), every collapsed cell's toggle labelled by its title (never the generic
+    "Show code cell ..."), and, at the width of a 420 px phone, nothing wider than the screen (wide
+    tables, equations and outputs scroll inside their own box).
+    """
     w = PageWatch(browser, server)
     try:
         w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
@@ -129,6 +155,23 @@ def test_page_offline_clean_and_math_rendered(page, browser, server):
         w.page.wait_for_load_state("networkidle")
         assert w.offsite == [], f"requests left the site: {w.offsite}"
         assert w.errors == [], f"console errors: {w.errors}"
+        # a number the prose quotes is the text right before its <!--name--> comment: it must be set
+        # in the weight of the text around it, never bold
+        quoted = w.page.evaluate(QUOTED_WEIGHTS)
+        bold = [q for q in quoted if q[1] >= 600 or q[1] != q[2]]
+        assert bold == [], f"quoted numbers not in the prose's weight (text, weight, paragraph's): {bold[:5]}"
+        labels = w.page.eval_on_selector_all(
+            "div.cell details.hide > summary", "els => els.map(e => e.innerText.trim())")
+        generic = [t for t in labels if not t or t.startswith(("Show code cell", "Hide code cell"))]
+        assert generic == [], f"a collapsed cell without its label: {generic[:3]}"
+        w.page.set_viewport_size({"width": 420, "height": 900})
+        w.page.wait_for_timeout(100)
+        wide = w.page.evaluate("document.documentElement.scrollWidth")
+        culprits = [] if wide <= 420 else w.page.evaluate(
+            "() => [...document.querySelectorAll('article *')]"
+            ".filter(e => e.getBoundingClientRect().right > 421)"
+            ".slice(0, 5).map(e => e.tagName + '.' + e.className)")
+        assert wide <= 420, f"the page is {wide} px wide on a 420 px phone: {culprits}"
     finally:
         w.page.close()
 
@@ -288,7 +331,7 @@ def _visible(locator) -> list[bool]:
 
 @pytest.mark.parametrize("page", _exercise_pages(), ids=_rel)
 def test_exercise_solutions_hidden_until_clicked(page, browser, server):
-    """Under Exercises, solution code (hide-cell: input and output) and dropdown solutions are
+    """Under Exercises, solution code (hide-cell: input and output) and <details> solutions are
     closed when the page opens, and open with one click."""
     w = PageWatch(browser, server)
     try:
@@ -309,7 +352,7 @@ def test_exercise_solutions_hidden_until_clicked(page, browser, server):
                 continue
             assert "tag_hide-cell" in classes, f"a code cell under Exercises is not hidden: {classes}"
         toggles = section.locator("div.cell.tag_hide-cell")
-        dropdowns = section.locator("div.dropdown.admonition")
+        dropdowns = section.locator("details:not(.hide)")
         assert toggles.count() + dropdowns.count() > 0, "the exercises have no hidden solution"
         for k in range(toggles.count()):
             cell = toggles.nth(k)
@@ -323,10 +366,11 @@ def test_exercise_solutions_hidden_until_clicked(page, browser, server):
                     assert outputs.nth(j).is_visible(), "solution output not shown after a click"
         for k in range(dropdowns.count()):
             box = dropdowns.nth(k)
-            body = box.locator(":scope > :not(.admonition-title)")
-            assert body.count() > 0 and not any(_visible(body)), "dropdown solution visible before a click"
-            box.locator(":scope > .admonition-title").click()
-            assert any(_visible(body)), "dropdown solution not shown after a click"
+            body = box.locator(":scope > :not(summary)")
+            assert box.get_attribute("open") is None, "a solution is open before a click"
+            assert body.count() > 0 and not any(_visible(body)), "a solution visible before a click"
+            box.locator(":scope > summary").click()
+            assert any(_visible(body)), "a solution not shown after a click"
         assert w.errors == [], w.errors
     finally:
         w.page.close()

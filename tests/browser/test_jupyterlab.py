@@ -6,6 +6,10 @@ Playwright) runs the notebook, moves the N slider with the keyboard, re-runs the
 checks that the kernel got the new N and that the total the page shows equals the one Python
 computed.
 
+Chapters as committed (READ_CHAPTERS) are opened as a reader opens them: the markdown must show no
+raw MyST (roles, directives: JupyterLab renders CommonMark), its quoted numbers, closed solutions,
+and collapsed cells labelled by their titles.
+
 The same server opens a copy of one chapter (ANSWER_CHAPTER, outputs cleared, one cell appended
 that reports the boxes' Python-side grades), runs it, types a wrong and then the right answer into
 every answer box, submitting with Enter, checks each verdict against the grader's for the same text,
@@ -14,6 +18,7 @@ and re-runs the last cell: the kernel must have received every answer and the pa
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
@@ -37,6 +42,11 @@ def _cells(cls: str) -> list[str]:
 
 
 ANSWER_CHAPTER = "04_gqa_kv_cache"  # quick to run, with boxes of counts and of bytes
+# chapters opened as committed: the first one, the one the course issue quoted, the training step
+READ_CHAPTERS = ("00_attention_from_scratch", "05_memory_ledger", "10_training_step")
+RAW_MYST = re.compile(r"\{(glue|doc|cite|ref|numref|eq|math|term)(:[a-z]+)?\}`"  # a role
+                      r"|^[ \t]*(:::+|```+)[ \t]*\{"  # a directive
+                      r"|^\(\S+\)=$", re.M)  # a target
 REPORT = (
     "import gc\n"
     "from attn_core.widgets import AnswerBox\n"
@@ -76,6 +86,12 @@ def lab(tmp_path_factory):
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, root / f"{cls}.ipynb")
     _chapter_copy(root)
+    for name in READ_CHAPTERS:
+        shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb")
+    # render every cell at once (JupyterLab 4 renders only the cells in view by default)
+    settings = root / "settings" / "@jupyterlab" / "notebook-extension"
+    settings.mkdir(parents=True)
+    (settings / "tracker.jupyterlab-settings").write_text('{"windowingMode": "none"}')
     port = _free_port()
     jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
     proc = subprocess.Popen(
@@ -83,6 +99,7 @@ def lab(tmp_path_factory):
          "--ServerApp.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root}",
          "--LabApp.news_url=None", "--ServerApp.open_browser=False"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "JUPYTERLAB_SETTINGS_DIR": str(root / "settings")},
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -199,3 +216,49 @@ def test_answer_boxes_in_jupyterlab_and_kernel_grades_them(lab, tmp_path):
             raise
         finally:
             browser.close()
+
+
+def test_chapters_read_in_jupyterlab_as_in_the_book(lab):
+    """Chapters as committed, opened in JupyterLab: no raw MyST role or directive in the rendered
+    markdown, the quoted numbers there as text, solutions closed (<details>), and every collapsed cell
+    shows its title in the placeholder of its hidden code."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(lab) else r.abort())
+        try:
+            for name in READ_CHAPTERS:
+                nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+                n_md = sum(c.cell_type == "markdown" for c in nb.cells)
+                titles = [c.source.splitlines()[0] for c in nb.cells if c.cell_type == "code"
+                          and c.metadata.get("jupyter", {}).get("source_hidden")]
+                page.goto(f"{lab}/lab/tree/{name}.ipynb?reset")
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+                _accept_kernel_dialog(page)
+                page.wait_for_function(
+                    "n => document.querySelectorAll('.jp-MarkdownCell .jp-RenderedMarkdown').length >= n",
+                    arg=n_md, timeout=60_000)
+                text = page.eval_on_selector_all(
+                    ".jp-MarkdownCell .jp-RenderedMarkdown", "els => els.map(e => e.innerText).join('\\n')")
+                raw = RAW_MYST.findall(text)
+                assert not raw and "{glue" not in text and "<!--" not in text, (name, raw[:5])
+                quoted = re.findall(r"([\w.,%+-]+)<!--\s*\w+\s*-->", "\n".join(
+                    c.source for c in nb.cells if c.cell_type == "markdown"))
+                missing = [q for q in quoted if q not in text]
+                assert quoted and not missing, (name, missing[:5])
+                opened = page.eval_on_selector_all(".jp-RenderedMarkdown details",
+                                                   "ds => ds.filter(d => d.open).length")
+                assert opened == 0, f"{name}: a solution is open before a click"
+                shown = page.eval_on_selector_all(".jp-InputPlaceholder",
+                                                  "els => els.map(e => e.innerText.trim())")
+                assert len(shown) == len(titles), (name, len(shown), len(titles))
+                assert all(t in s for t, s in zip(titles, shown)), (name, shown[:3])
+        except Exception:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "jupyterlab-reading-failure.png"))
+            raise
+        finally:
+            browser.close()
+
