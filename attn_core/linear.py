@@ -57,8 +57,10 @@ from .blocked import BLOCK_TOKENS, factor_bound, runs_blocked  # noqa: F401 - re
 from .delta import (
     DEFAULT_DELTA_CHUNK,
     delta_rule_chunked,
+    delta_rule_parallel,
     delta_rule_recurrent,
     gated_delta_rule_chunked,
+    gated_delta_rule_parallel,
     gated_delta_rule_recurrent,
 )
 
@@ -78,8 +80,10 @@ __all__ = [
     "DEFAULT_CHUNK",
     "DEFAULT_GATED_CHUNK",
     "DEFAULT_VECTOR_GATED_CHUNK",
+    "delta_rule_parallel",
     "delta_rule_recurrent",
     "delta_rule_chunked",
+    "gated_delta_rule_parallel",
     "gated_delta_rule_recurrent",
     "gated_delta_rule_chunked",
     "DEFAULT_DELTA_CHUNK",

@@ -1,14 +1,17 @@
-"""Tests for attn_core.delta (re-exported by attn_core.linear): the delta rule and the gated delta rule.
+"""Tests for attn_core.delta (re-exported by attn_core.linear): the delta rule and the gated delta rule,
+parallel, recurrent and chunked; beta in [0, 2]; the warning when beta_t ||k_t||^2 > 2; normalize_qk.
 
 The reference is the definition, M_t = gamma_t (I - beta_t k_t k_t^T) M_{t-1} + beta_t k_t v_t^T,
 y_t = M_t^T q_t, written as a loop with the explicit D_k x D_k matrix I - beta_t k_t k_t^T: in
 float64 numpy for outputs and final states, in float64 torch (autograd) for gradients. Neither
-shares code with the library's corrected-value (u_t) recurrence or its WY / UT chunked form.
+shares code with the library's corrected-value (u_t) recurrence, its WY / UT chunked form or its
+parallel form (one N x N triangular solve).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -17,8 +20,10 @@ import torch
 from attn_core import delta, linear
 from attn_core.linear import (
     delta_rule_chunked,
+    delta_rule_parallel,
     delta_rule_recurrent,
     gated_delta_rule_chunked,
+    gated_delta_rule_parallel,
     gated_delta_rule_recurrent,
 )
 
@@ -81,12 +86,14 @@ def make_inputs(lead, n, d_k, d_v, seed, gated=True, low=0.5, with_state=False):
 
 
 FORMS = {
+    "delta_parallel": lambda q, k, v, b, g, c, **kw: delta_rule_parallel(q, k, v, b, **kw),
+    "gated_parallel": lambda q, k, v, b, g, c, **kw: gated_delta_rule_parallel(q, k, v, b, g, **kw),
     "delta_recurrent": lambda q, k, v, b, g, c, **kw: delta_rule_recurrent(q, k, v, b, **kw),
     "delta_chunked": lambda q, k, v, b, g, c, **kw: delta_rule_chunked(q, k, v, b, c, **kw),
     "gated_recurrent": lambda q, k, v, b, g, c, **kw: gated_delta_rule_recurrent(q, k, v, b, g, **kw),
     "gated_chunked": lambda q, k, v, b, g, c, **kw: gated_delta_rule_chunked(q, k, v, b, g, c, **kw),
 }
-GATED = {"gated_recurrent", "gated_chunked"}
+GATED = {"gated_parallel", "gated_recurrent", "gated_chunked"}
 
 # (lead, N, D_k, D_v, chunk)
 CASES = [
@@ -186,7 +193,7 @@ def test_beta_and_gamma_broadcast_over_heads(shape):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("name", ["gated_recurrent", "gated_chunked"])
+@pytest.mark.parametrize("name", ["gated_parallel", "gated_recurrent", "gated_chunked"])
 def test_tiny_gamma_stays_finite(name, dtype):
     """Gates down to 1e-30 (mixed with 1) are finite and match the definition (f32: F32 tolerances)."""
     q, k, v, beta, _, _ = make_inputs((2,), 63, 7, 5, seed=8, gated=False)
@@ -250,7 +257,7 @@ def _call(name, q, k, v, beta=None, gamma=None, chunk=16, **kw):
 
 BAD_BETA = [
     pytest.param(torch.tensor([0.5, -0.1, 0.5, 0.5, 0.5]), "beta must lie in", id="negative"),
-    pytest.param(torch.tensor([0.5, 1.1, 0.5, 0.5, 0.5]), "beta must lie in", id="1.1"),
+    pytest.param(torch.tensor([0.5, 2.1, 0.5, 0.5, 0.5]), r"beta must lie in \[0, 2\]", id="2.1"),
     pytest.param(torch.tensor([0.5, float("nan"), 0.5, 0.5, 0.5]), "beta must lie in", id="nan"),
     pytest.param(torch.full((4,), 0.5), r"beta must have shape \(\.\.\., N\)", id="length-N-1"),
     pytest.param(torch.full((3, 5), 0.5), "beta of shape .* does not broadcast", id="no-broadcast"),
@@ -261,7 +268,7 @@ BAD_BETA = [
 @pytest.mark.parametrize("beta, match", BAD_BETA)
 @pytest.mark.parametrize("name", list(FORMS))
 def test_rejects_bad_beta(name, beta, match):
-    """beta outside [0, 1], of the wrong length or shape, or not a tensor: ValueError naming beta."""
+    """beta outside [0, 2], of the wrong length or shape, or not a tensor: ValueError naming beta."""
     q = torch.zeros(2, 5, 7)
     with pytest.raises(ValueError, match=match):
         _call(name, q, q, q, beta=beta)
@@ -308,13 +315,17 @@ def test_rejects_bad_initial_state(name, m0, match):
 
 
 def test_meta_device_runs_without_data():
-    """On the meta device (no values to check) both forms run and return the right shapes."""
+    """On the meta device (no values to check, so no warning either) every form runs, right shapes."""
     q, v = torch.empty(1, 4, 300, 16, device="meta"), torch.empty(1, 4, 300, 8, device="meta")
     beta = torch.empty(1, 4, 300, device="meta")
-    y, m = gated_delta_rule_chunked(q, q, v, beta, beta, 64, output_final_state=True)
-    assert y.shape == (1, 4, 300, 8) and m.shape == (1, 4, 16, 8)
-    y = delta_rule_recurrent(q[..., :5, :], q[..., :5, :], v[..., :5, :], beta[..., :5])
-    assert y.shape == (1, 4, 5, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, m = gated_delta_rule_chunked(q, q, v, beta, beta, 64, output_final_state=True)
+        assert y.shape == (1, 4, 300, 8) and m.shape == (1, 4, 16, 8)
+        y, m = gated_delta_rule_parallel(q, q, v, beta, beta, output_final_state=True, normalize_qk=True)
+        assert y.shape == (1, 4, 300, 8) and m.shape == (1, 4, 16, 8)
+        y = delta_rule_recurrent(q[..., :5, :], q[..., :5, :], v[..., :5, :], beta[..., :5])
+        assert y.shape == (1, 4, 5, 8)
 
 
 @pytest.mark.parametrize("chunk", [7, 16, 64], ids=lambda c: f"C={c}")
@@ -335,3 +346,154 @@ def test_unit_lower_inverse():
         a = (0.3 * torch.randn(3, c, c, generator=g, dtype=torch.float64)).tril(-1)
         eye = torch.eye(c, dtype=torch.float64)
         torch.testing.assert_close(delta._unit_lower_inverse(a) @ (eye + a), eye.expand(3, c, c), **F64)
+
+
+# --------------------------------------------------------------------------- the parallel form
+def test_parallel_is_the_chunked_form_with_one_chunk():
+    """The parallel form equals the chunked form with C >= N (one chunk), M_0 given (1e-10)."""
+    q, k, v, beta, gamma, m0 = make_inputs((2, 3), 63, 60, 60, seed=15, with_state=True)
+    y_par, m_par = gated_delta_rule_parallel(q, k, v, beta, gamma, initial_state=m0, output_final_state=True)
+    y_chk, m_chk = gated_delta_rule_chunked(q, k, v, beta, gamma, 64, initial_state=m0,
+                                            output_final_state=True)
+    torch.testing.assert_close(y_par, y_chk, **F64)
+    torch.testing.assert_close(m_par, m_chk, **F64)
+
+
+def test_parallel_formula_by_hand():
+    """Y = (Q K^T * mask) (I + A)^-1 diag(beta) V with A = tril_-1(diag(beta) K K^T), written with an
+    explicit inverse (not a triangular solve), equals delta_rule_parallel (float64, 1e-10)."""
+    q, k, v, beta, _, _ = make_inputs((), 63, 60, 5, seed=16, gated=False)
+    mask = torch.ones(63, 63, dtype=torch.bool).tril()
+    a = torch.where(mask.tril(-1), beta[:, None] * (k @ k.T), 0.0)
+    y = torch.where(mask, q @ k.T, 0.0) @ torch.linalg.inv(torch.eye(63, dtype=torch.float64) + a) @ (
+        beta[:, None] * v)
+    torch.testing.assert_close(delta_rule_parallel(q, k, v, beta), y, **F64)
+
+
+# --------------------------------------------------------------------------- beta in [0, 2]
+@pytest.mark.parametrize("name", list(FORMS))
+def test_beta_up_to_two_matches_definition(name):
+    """beta in [0, 2] (negative eigenvalues 1 - beta of I - beta k k^T for unit keys): every form equals the
+    definition (1e-10), outputs and final state, N = 63 with chunks of 16, M_0 given."""
+    q, k, v, beta, gamma, m0 = make_inputs((2,), 63, 7, 5, seed=17, gated=name in GATED, with_state=True)
+    beta = 2 * beta
+    beta[0, :3] = torch.tensor([2.0, 0.0, 1.5], dtype=torch.float64)  # both ends of [0, 2] included
+    assert beta.max() == 2 and beta.min() == 0
+    y_ref, m_ref = delta_reference(q, k, v, beta, gamma, m0)
+    y, m = FORMS[name](q, k, v, beta, gamma, 16, initial_state=m0, output_final_state=True)
+    torch.testing.assert_close(y, y_ref, **F64)
+    torch.testing.assert_close(m, m_ref, **F64)
+
+
+def test_eigenvalues_of_the_transition():
+    """I - beta k k^T has eigenvalue 1 - beta ||k||^2 along k and 1 on the D_k - 1 directions orthogonal to k:
+    in [-1, 1] for a unit key and beta in [0, 2], negative for beta > 1, -1 at beta = 2 (a reflection)."""
+    g = torch.Generator().manual_seed(18)
+    k = torch.randn(7, generator=g, dtype=torch.float64)
+    for b in (0.0, 0.5, 1.0, 1.5, 2.0):
+        for kk in (k, k / k.norm()):
+            eig = torch.linalg.eigvalsh(torch.eye(7, dtype=torch.float64) - b * torch.outer(kk, kk))
+            expected = torch.tensor([1 - b * kk.dot(kk).item()] + [1.0] * 6, dtype=torch.float64)
+            torch.testing.assert_close(eig, expected.sort().values, **F64)
+
+
+def test_beta_two_flips_the_sign_parity():
+    """beta = 2 with a unit key reflects the state along k: reading with k after m such writes of v = 0
+    returns (-1)^m times the initial read, the parity of m, which no beta in [0, 1] can produce."""
+    e = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)  # (1, D_k)
+    bits = torch.tensor([1, 0, 1, 1, 0, 1, 1], dtype=torch.float64)  # 5 ones: odd parity
+    n = len(bits)
+    k = e.expand(n, 3) * bits[:, None]  # write with the key e where the bit is 1, else nothing
+    m0 = torch.tensor([[1.0, 2.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64)  # reads (1, 2) under e
+    for name in ("delta_parallel", "delta_recurrent", "delta_chunked"):
+        y = FORMS[name](e.expand(n, 3), k, torch.zeros(n, 2, dtype=torch.float64), 2 * bits, None, 4,
+                        initial_state=m0)
+        signs = (-1.0) ** bits.cumsum(0)  # (-1)^(ones so far)
+        torch.testing.assert_close(y, signs[:, None] * m0[0], **F64)
+
+
+# --------------------------------------------------------------------------- stability: warning, normalize_qk
+def _unit_free_inputs(n=256, d=64, dtype=torch.float64, seed=19):
+    """randn keys of D_k = 64 (||k||^2 near 64), beta uniform in [0, 1): beta ||k||^2 far above 2."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(n, d, generator=g, dtype=dtype) for _ in range(3))
+    return q, k, v, torch.rand(n, generator=g, dtype=dtype)
+
+
+def test_unnormalized_keys_blow_up():
+    """Why the warning exists: randn keys with D_k = 64 make the float64 state grow past 1e50 in 256 tokens,
+    and the float32 outputs overflow to inf or NaN."""
+    q, k, v, beta = _unit_free_inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _, m = delta_reference(q, k, v, beta)
+        assert m.abs().max() > 1e50
+        y32 = delta_rule_chunked(*(x.float() for x in (q, k, v, beta)))
+    assert not torch.isfinite(y32).all()
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_warns_when_beta_k_squared_exceeds_two(name):
+    """Some beta_t ||k_t||^2 > 2: a RuntimeWarning naming beta_t ||k_t||^2 and the fix, at the caller."""
+    q, k, v, beta = _unit_free_inputs(n=20)
+    gamma = torch.full((20,), 0.9, dtype=torch.float64)
+    match = r"beta_t \|\|k_t\|\|\^2 reaches .* > 2.*normalize_qk=True"
+    with pytest.warns(RuntimeWarning, match=match) as record:
+        FORMS[name](q, k, v, beta, gamma, 8)
+    assert record[0].filename == __file__
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", list(FORMS))
+def test_no_warning_for_unit_keys_up_to_beta_two(name, dtype):
+    """Unit keys (normalized, rounded to the dtype), beta = 2: beta ||k||^2 = 2 up to rounding: no warning."""
+    q, k, v, _ = _unit_free_inputs(n=20, dtype=dtype)
+    k = torch.nn.functional.normalize(k.double(), dim=-1).to(dtype)
+    beta, gamma = torch.full((20,), 2.0, dtype=dtype), torch.full((20,), 0.9, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FORMS[name](q, k, v, beta, gamma, 8)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_warning_allows_the_rounding_of_half_precision(dtype):
+    """The check alone (the triangular solves have no half-precision CPU kernels): unit keys rounded to bf16
+    or f16 with beta = 2 pass, randn keys warn."""
+    _, k, _, _ = _unit_free_inputs(n=200)
+    beta = torch.full((200,), 2.0, dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        delta._warn_if_unstable(torch.nn.functional.normalize(k, dim=-1).to(dtype), beta)
+    with pytest.warns(RuntimeWarning, match="reaches"):
+        delta._warn_if_unstable(k.to(dtype), beta)
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_normalize_qk(name):
+    """normalize_qk=True equals passing q and k divided by sqrt(||x||^2 + 1e-6) (fla's l2norm): no warning,
+    outputs and gradients of the raw q and k equal the definition's on the normalized inputs (1e-10)."""
+    q, k, v, beta = _unit_free_inputs(n=37, d=6)
+    gamma = torch.full((37,), 0.95, dtype=torch.float64)
+    q, k = q.requires_grad_(), k.requires_grad_()
+
+    def unit(x):
+        return x / (x * x).sum(-1, keepdim=True).add(1e-6).sqrt()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = FORMS[name](q, k, v, beta, gamma, 8, normalize_qk=True)
+    y_ref, _ = delta_reference_torch(unit(q), unit(k), v, beta, gamma if name in GATED else None)
+    torch.testing.assert_close(y, y_ref, **F64)
+    dy = torch.randn(37, 6, generator=torch.Generator().manual_seed(20), dtype=torch.float64)
+    got = torch.autograd.grad((y * dy).sum(), (q, k))
+    ref = torch.autograd.grad((y_ref * dy).sum(), (q, k))
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b, **F64)
+
+
+@pytest.mark.parametrize("name", list(FORMS))
+def test_rejects_bad_normalize_qk(name):
+    """normalize_qk must be a bool: ValueError naming it."""
+    q = torch.zeros(5, 7)
+    with pytest.raises(ValueError, match="normalize_qk must be True or False"):
+        _call(name, q, q, q, normalize_qk="yes")

@@ -18,14 +18,15 @@ DESIGN = {
                          "causal_linear_attention_chunked", "gated_linear_attention_parallel",
                          "gated_linear_attention_recurrent", "gated_linear_attention_chunked",
                          "linear_attention_step", "delta_rule_recurrent", "delta_rule_chunked",
-                         "gated_delta_rule_recurrent", "gated_delta_rule_chunked"],
+                         "gated_delta_rule_recurrent", "gated_delta_rule_chunked", "delta_rule_parallel",
+                         "gated_delta_rule_parallel"],
     "attn_core.kv_cache": ["kv_cache_bytes_per_token", "kv_cache_bytes", "linear_state_bytes", "MODELS",
                            "ModelConfig"],
     "attn_core.ledger": ["DTYPE_BYTES", "activation_ledger", "memory_crossover", "block_ledger"],
     "attn_core.flops": ["layer_flops", "flops_crossover"],
     "attn_core.measure": ["saved_tensor_bytes", "count_flops", "time_fn"],
     "attn_core.widgets": ["MemoryLedgerWidget", "FlopsWidget", "Explorer", "FitWidget", "AnswerBox"],
-    "attn_core.parallel": ["ring_attention"],
+    "attn_core.parallel": ["ring_attention", "ulysses_attention"],
 }
 
 
