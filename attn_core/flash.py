@@ -17,7 +17,16 @@ tiles and FLOPs done and skipped, exactly as :func:`flash_attention` does them.
 
 :func:`flash_io_bytes` is the I/O ledger of the FlashAttention paper's Algorithm 1 for
 an on-chip memory of ``sram_bytes`` (M_SRAM): Theta(N^2 D^2 b^2 / M_SRAM) bytes moved,
-against eager attention's Theta(N D + N^2) (:func:`eager_io_bytes`).
+against eager attention's Theta(N D + N^2) (:func:`eager_io_bytes`). :func:`flash2_io_bytes`
+counts the loop order of FlashAttention-2 (query blocks outside, each kept on chip while the
+key and value blocks stream past): about 8 N^2 D^2 b^2 / M_SRAM, fewer bytes than eager from
+M_SRAM > 2 D^2 b. Both count the bytes one thread block requests; a GPU's L2 cache can serve
+the same K, V blocks to thread blocks running at once, so the bytes read from HBM may be fewer.
+
+With 16-bit inputs (bf16, fp16) the scores, the running max and sum and the output are kept
+in float32, as fused kernels keep them in registers: S is never rounded to 16 bits before
+the exponential, P is rounded to the input dtype for the P V product (a tensor core's operand)
+and every product is accumulated in float32; the output is cast back to the input dtype.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ __all__ = [
     "FlashAttentionFunction",
     "flash_tile_counts",
     "flash_io_bytes",
+    "flash2_io_bytes",
     "eager_io_bytes",
 ]
 
@@ -95,11 +105,18 @@ def _mask_diagonal(s: torch.Tensor, r0: int, r_mask: int, k0: int, k1: int) -> N
 
 
 def _forward(q, k, v, causal, block_q, block_k, scale):
-    """q, k: (B, N, D), v: (B, N, D_v) -> out (B, N, D_v), lse (B, N)."""
+    """q, k: (B, N, D), v: (B, N, D_v) -> out (B, N, D_v), lse (B, N).
+
+    Scores, the running max, sum and output are kept in ``stat`` (at least float32) whatever the
+    input dtype, as fused kernels keep them in registers: with bf16 or fp16 inputs the products are
+    accumulated in float32 and S is never rounded to 16 bits before the exponential. P is rounded
+    to the input dtype for the P V product (what a tensor core multiplies), accumulated in float32.
+    """
     batch, n, _ = q.shape
     stat = torch.promote_types(q.dtype, torch.float32)  # running statistics at least fp32
-    qs = q * scale  # scaled once: S = (q * scale) k^T
-    kt = k.transpose(-1, -2)  # (B, D, N)
+    qs = q.to(stat) * scale  # scaled once: S = (q * scale) k^T, in stat
+    kt = k.to(stat).transpose(-1, -2)  # (B, D, N)
+    vs = v.to(stat)
     out = torch.empty((batch, n, v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, n), dtype=stat, device=q.device)
     wave = _wave_rows(batch, block_q, block_k)
@@ -109,7 +126,7 @@ def _forward(q, k, v, causal, block_q, block_k, scale):
             m = torch.full((batch, w1 - w0), float("-inf"), dtype=stat, device=q.device)
             l = torch.zeros((batch, w1 - w0), dtype=stat, device=q.device)  # noqa: E741
             acc = torch.zeros((batch, w1 - w0, v.shape[-1]), dtype=stat, device=q.device)
-        s = torch.matmul(qs[:, r0:w1], kt[:, :, k0:k1]).to(stat)  # (B, r, c) scores of the tile
+        s = torch.matmul(qs[:, r0:w1], kt[:, :, k0:k1])  # (B, r, c) scores of the tile, in stat
         if causal:
             _mask_diagonal(s, r0, r_mask, k0, k1)
         i = r0 - w0  # first row of the tile within the wave
@@ -117,36 +134,46 @@ def _forward(q, k, v, causal, block_q, block_k, scale):
         alpha = torch.exp(m[:, i:] - m_new)  # rescales what was summed under the old max
         p = s.sub_(m_new[..., None]).exp_()  # (B, r, c), exp(s - m_new)
         l[:, i:].mul_(alpha).add_(p.sum(dim=-1))
-        acc[:, i:].mul_(alpha[..., None]).add_(torch.matmul(p.to(v.dtype), v[:, k0:k1]))
+        acc[:, i:].mul_(alpha[..., None]).add_(torch.matmul(_as_input(p, v.dtype), vs[:, k0:k1]))
         m[:, i:] = m_new
         if k1 >= (w1 if causal else n):  # the wave's last key block: normalize
-            out[:, w0:w1] = acc / l[..., None]
+            out[:, w0:w1] = acc / l[..., None]  # cast back to the input dtype
             lse[:, w0:w1] = m + torch.log(l)
     return out, lse
 
 
 def _backward(q, k, v, out, lse, d_out, causal, block_q, block_k, scale):
-    """Gradients of q, k, v, recomputing P = exp(S - lse) one tile at a time."""
+    """Gradients of q, k, v, recomputing P = exp(S - lse) one tile at a time.
+
+    As in the forward, products are accumulated in ``stat`` (at least float32); P and dS are
+    rounded to the input dtype before they are multiplied, as a fused kernel feeds its tensor cores.
+    """
     stat = lse.dtype
     d_row = (d_out.to(stat) * out.to(stat)).sum(dim=-1)  # (B, N): rowsum(dO * O) = sum_j P dP
-    qs = q * scale
-    kt = k.transpose(-1, -2)
+    qs = q.to(stat) * scale
+    ks, vs, d_out_s = k.to(stat), v.to(stat), d_out.to(stat)
+    kt = ks.transpose(-1, -2)
     dq = torch.zeros(q.shape, dtype=stat, device=q.device)
     dk = torch.zeros(k.shape, dtype=stat, device=q.device)
     dv = torch.zeros(v.shape, dtype=stat, device=q.device)
     wave = _wave_rows(q.shape[0], block_q, block_k)
     for _, w1, k0, k1, r0, r_mask in _tiles(q.shape[1], block_q, block_k, causal, wave):
-        qr, dor = qs[:, r0:w1], d_out[:, r0:w1]
-        s = torch.matmul(qr, kt[:, :, k0:k1]).to(stat)  # (B, r, c)
+        qr, dor = qs[:, r0:w1], d_out_s[:, r0:w1]
+        s = torch.matmul(qr, kt[:, :, k0:k1])  # (B, r, c), in stat
         if causal:
             _mask_diagonal(s, r0, r_mask, k0, k1)
         p = s.sub_(lse[:, r0:w1, None]).exp_()  # P of this tile, recomputed
-        dv[:, k0:k1] += torch.matmul(p.transpose(-1, -2).to(v.dtype), dor)  # P^T dO
-        dp = torch.matmul(dor, v[:, k0:k1].transpose(-1, -2)).to(stat)  # dO V^T
+        dv[:, k0:k1] += torch.matmul(_as_input(p, v.dtype).transpose(-1, -2), dor)  # P^T dO
+        dp = torch.matmul(dor, vs[:, k0:k1].transpose(-1, -2))  # dO V^T
         ds = p.mul_(dp.sub_(d_row[:, r0:w1, None]))  # dS = P * (dP - rowsum(dO * O))
-        dq[:, r0:w1] += torch.matmul(ds.to(k.dtype), k[:, k0:k1]).mul_(scale)
-        dk[:, k0:k1] += torch.matmul(ds.transpose(-1, -2).to(q.dtype), qr)  # dS^T (q * scale)
+        dq[:, r0:w1] += torch.matmul(_as_input(ds, k.dtype), ks[:, k0:k1]).mul_(scale)
+        dk[:, k0:k1] += torch.matmul(_as_input(ds, q.dtype).transpose(-1, -2), qr)  # dS^T (q * scale)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def _as_input(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x rounded to the input dtype and held in its own (wider) dtype: a tensor core's operand."""
+    return x if x.dtype == dtype else x.to(dtype).to(x.dtype)
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -235,7 +262,8 @@ def flash_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int = 
     (M / b values fit on chip). The outer loop loads each K_j, V_j once; for each of its
     T_c = ceil(N / B_c) steps the inner loop reads every Q_i, O_i, l_i, m_i and writes O_i,
     l_i, m_i back. O, l, m start in off-chip memory (written once: zeros and -inf).
-    About 12 N^2 D^2 b^2 / M for large N: Theta(N^2 D^2 / M).
+    About 12 N^2 D^2 b^2 / M for large N: Theta(N^2 D^2 / M). This is that schedule's
+    count only: FlashAttention-2's loop order moves fewer bytes (:func:`flash2_io_bytes`).
     Returns the items in bytes, ``total``, and ``block_k`` (B_c), ``block_q`` (B_r).
     """
     n = _checks.positive_int("n", n)
@@ -253,6 +281,35 @@ def flash_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int = 
         "l, m read and written per key block": t_c * 4 * n * b,
     }
     return {**items, "total": sum(items.values()), "block_k": block_k, "block_q": block_q}
+
+
+def flash2_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int = 2,
+                    block_q: int | None = None) -> dict[str, int]:
+    """Bytes requested from off-chip memory by FlashAttention-2's loop order, one head, forward.
+
+    Query blocks of B_r rows are the outer loop (one thread block each): Q_i is read once, kept
+    on chip with its running max, sum and output (the output accumulator in registers), and
+    every key and value block streams past it; O_i and the logsumexp (fp32, 4 bytes per row)
+    are written once. B_r defaults to ceil(M / (4 D b)), the block rule of Algorithm 1 applied
+    to the outer blocks (:func:`flash_io_bytes`), or is ``block_q`` (a kernel's tile, e.g. 128).
+    With T_r = ceil(N / B_r): 2 N D b + 4 N + T_r 2 N D b, about 8 N^2 D^2 b^2 / M for large N;
+    fewer bytes than eager attention (4 N^2 b) when M > 2 D^2 b. Returns the items in bytes,
+    ``total`` and ``block_q`` (B_r).
+    """
+    n = _checks.positive_int("n", n)
+    d_head = _checks.positive_int("d_head", d_head)
+    sram_bytes = _checks.positive_int("sram_bytes", sram_bytes)
+    b = _checks.positive_int("bytes_per_value", bytes_per_value)
+    if block_q is None:
+        block_q = -(-sram_bytes // (4 * d_head * b))
+    block_q = _checks.positive_int("block_q", block_q)
+    t_r = -(-n // block_q)
+    items = {
+        "Q read once, O written once": 2 * n * d_head * b,
+        "logsumexp written once (fp32)": 4 * n,
+        "K, V read per query block": t_r * 2 * n * d_head * b,
+    }
+    return {**items, "total": sum(items.values()), "block_q": block_q}
 
 
 def eager_io_bytes(n: int, d_head: int, bytes_per_value: int = 2) -> dict[str, int]:

@@ -11,7 +11,13 @@ G = H / H_kv for the attention of GQA). :func:`layer_ops` counts both; :func:`me
 and :func:`measure_bandwidth` measure the two roofs of this machine; :func:`decode_attention` is
 the decode step of attention that :func:`decode_bytes` prices; :func:`serving` is the arithmetic
 of serving a preset: bytes per generated token, tokens per second, the batch where the KV cache
-reads overtake the weight reads.
+reads overtake the weight reads; :func:`serving_memory` the memory it holds for a number of users.
+
+Beyond the two roofs: :func:`exp_roof_flops` is the rate attention's matmuls could reach if the
+exponentials of the softmax alone set the time (a GPU computes them on slower units);
+:func:`mla_decode_ops` prices a decode step of MLA with and without weight absorption;
+:func:`split_kv_decode` is the split-KV decode of Flash-Decoding (chunks of the cache attended in
+parallel, combined by their logsumexp).
 """
 
 from __future__ import annotations
@@ -34,21 +40,34 @@ __all__ = [
     "decode_attention",
     "decode_bytes",
     "serving",
+    "serving_memory",
+    "exp_roof_flops",
+    "mla_decode_ops",
+    "split_kv_decode",
 ]
 
 #: Published peak figures of one current GPU (NVIDIA H100 SXM5 datasheet): dense BF16 tensor-core
 #: FLOP/s (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), FP32 on the CUDA
-#: cores, dense TF32 tensor-core FLOP/s (989 with sparsity), HBM3 bytes/s and capacity, and shared
-#: memory per SM (configurable up to 228 KB).
+#: cores, dense TF32 tensor-core FLOP/s (989 with sparsity), dense FP8 tensor-core FLOP/s (3,958
+#: with sparsity), HBM3 bytes/s and capacity, and shared memory per SM (configurable up to 228 KB,
+#: Hopper tuning guide). From the FlashAttention-3 paper (Shah et al., 2024; Table 1, section 3.1
+#: and appendix C): 132 SMs, 50 MiB of L2 cache, 256 KiB of registers per SM, and the special
+#: functions such as exp at 16 per SM per clock: 16 x 132 x 1.83 GHz, the paper's 3.9 TFLOPS.
 H100_SXM = {
     "name": "NVIDIA H100 SXM",
     "bf16_flops": 989e12,
     "fp32_flops": 67e12,
     "tf32_flops": 989e12 / 2,
+    "fp8_flops": 1979e12,
     "memory_bytes": 80e9,
     "bandwidth": 3.35e12,
     "smem_per_sm": 228 * 1024,
+    "num_sms": 132,
+    "l2_bytes": 50 * 1024**2,
+    "regs_per_sm": 256 * 1024,
+    "exp_per_s": 16 * 132 * 1.83e9,
     "source": "https://www.nvidia.com/en-us/data-center/h100/",
+    "source_fa3": "https://arxiv.org/abs/2407.08608",
 }
 
 
@@ -192,3 +211,123 @@ def serving(model: ModelConfig, seq_len: int, batch: int = 1, bandwidth: float =
         "tokens_per_s": bandwidth / step,
         "crossover_batch": weights / kv,
     }
+
+
+def serving_memory(model: ModelConfig, seq_len: int, users: int = 1, bytes_per_value: int = 2,
+                   device_bytes: float = H100_SXM["memory_bytes"]) -> dict[str, int]:
+    """Memory that serving ``users`` sequences of ``seq_len`` tokens holds: weights + KV cache x users.
+
+    Every weight of the model (:meth:`ModelConfig.num_params`: embeddings, output head and, for a
+    mixture of experts, every expert) at ``bytes_per_value``, plus one KV cache per user
+    (:meth:`ModelConfig.kv_bytes`; MLA: the latent); activations and the allocator's slack left
+    out. Returns ``weight_bytes``, ``kv_bytes_per_user``, ``kv_bytes`` (all users), ``total_bytes``
+    and ``devices``, the fewest devices of ``device_bytes`` that hold the total.
+    """
+    n = _checks.positive_int("seq_len", seq_len)
+    users = _checks.positive_int("users", users)
+    b = _checks.positive_int("bytes_per_value", bytes_per_value)
+    if not (isinstance(device_bytes, (int, float)) and device_bytes > 0):
+        raise ValueError(f"device_bytes must be a positive number of bytes, got {device_bytes!r}")
+    weights = model.num_params() * b
+    per_user = model.kv_bytes(n, bytes_per_value=b)
+    total = weights + users * per_user
+    return {
+        "weight_bytes": weights,
+        "kv_bytes_per_user": per_user,
+        "kv_bytes": users * per_user,
+        "total_bytes": total,
+        "devices": math.ceil(total / device_bytes),
+    }
+
+
+def exp_roof_flops(d_head: int, exp_per_s: float = H100_SXM["exp_per_s"], phase: str = "forward") -> float:
+    """FLOP/s attention's matmuls could reach if the softmax's exponentials alone set the time.
+
+    Each score needs one exponential. In the forward pass it also costs 4 D matmul FLOPs (2 D in
+    q k^T, 2 D in P V), so exponentials at ``exp_per_s`` per second allow 4 D x exp_per_s FLOP/s;
+    the backward pass recomputes P (one exponential per score) for five matmuls, 10 D FLOPs. On an
+    H100 the exponentials run on the multi-function units at 3.9e12 per second, beside 989e12
+    FLOP/s of bf16 matmul: at D = 128 the exponentials of the forward take half as long as the
+    matmuls, so a kernel must overlap the two (FlashAttention-3's ping-pong scheduling).
+    """
+    d_head = _checks.positive_int("d_head", d_head)
+    if not (isinstance(exp_per_s, (int, float)) and exp_per_s > 0):
+        raise ValueError(f"exp_per_s must be a positive number, got {exp_per_s!r}")
+    per_exp = {"forward": 4, "backward": 10}
+    if phase not in per_exp:
+        raise ValueError(f"phase must be 'forward' or 'backward', got {phase!r}")
+    return per_exp[phase] * d_head * exp_per_s
+
+
+def mla_decode_ops(model: ModelConfig, seq_len: int, batch: int = 1, bytes_per_value: int = 2,
+                   absorbed: bool = True) -> Op:
+    """One decode step of MLA's attention (one layer, ``batch`` sequences of ``seq_len`` cached tokens).
+
+    The cache holds, per token, a latent of R = ``kv_lora_rank`` numbers and a RoPE key of D_r =
+    ``rope_dim`` shared by the H heads. ``absorbed=True`` (DeepSeek-V2, section 2.1.2): W^UK is
+    folded into the query and W^UV into the output projection, so each head compares a query of
+    R + D_r numbers with the cached latent and RoPE key and sums latents: per cached token and head
+    2 (R + D_r) + 2 R FLOPs; bytes: the cache N (R + D_r) b, the query H (R + D_r) b and the output
+    H R b. ``absorbed=False``: every step decompresses the keys (D per head) and values (D_v) of
+    every cached token from its latent, 2 R H (D + D_v) FLOPs per token, then attends over them,
+    2 H (D + D_r) + 2 H D_v; bytes: the same cache, W^UK and W^UV (R H (D + D_v) b), the query
+    H (D + D_r) b and the output H D_v b (the decompressed keys and values kept on chip). The
+    projections before and after (the absorbed W^UK, W^UV included) are left out.
+    """
+    if not model.is_mla:
+        raise ValueError(f"model must be an MLA model (kv_lora_rank set), got {model.name}")
+    n = _checks.positive_int("seq_len", seq_len)
+    batch = _checks.positive_int("batch", batch)
+    b = _checks.positive_int("bytes_per_value", bytes_per_value)
+    h, r, d_r = model.num_heads, model.kv_lora_rank, model.rope_dim
+    d, d_v = model.d_head, model.d_v or model.d_head
+    cache = batch * n * (r + d_r) * b
+    if absorbed:
+        flops = batch * n * h * (2 * (r + d_r) + 2 * r)
+        nbytes = cache + batch * h * (r + d_r + r) * b
+        return Op("MLA attention, absorbed", flops, nbytes)
+    flops = batch * n * (2 * r * h * (d + d_v) + 2 * h * (d + d_r) + 2 * h * d_v)
+    nbytes = cache + r * h * (d + d_v) * b + batch * h * (d + d_r + d_v) * b
+    return Op("MLA attention, decompressed each step", flops, nbytes)
+
+
+def split_kv_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, num_splits: int,
+                    scale: float | None = None) -> torch.Tensor:
+    """A decode step computed as Flash-Decoding does: the cache split along N into chunks.
+
+    Shapes as :func:`decode_attention`. The cache is cut into ``num_splits`` chunks of about
+    N / num_splits tokens (fewer when N is smaller); each chunk's attention gives a normalized
+    output o_s and a logsumexp l_s per query head (on a GPU, one thread block per chunk, so a
+    batch of one still fills the GPU); the outputs combine as sum_s exp(l_s - l) o_s with
+    l = logsumexp_s l_s, the online softmax applied across the chunks. Computed in at least
+    float32, returned in q's dtype.
+    """
+    _checks.tensor("q", q, min_dim=2)
+    _checks.tensor("k_cache", k_cache, min_dim=3)
+    _checks.tensor("v_cache", v_cache, min_dim=3)
+    num_splits = _checks.positive_int("num_splits", num_splits)
+    h, dh = q.shape[-2:]
+    h_kv, n = k_cache.shape[-3:-1]
+    if k_cache.shape[-1] != dh or k_cache.shape[:-3] != q.shape[:-2]:
+        raise ValueError(f"k_cache (..., H_kv, N, D) does not match q (..., H, D): {tuple(k_cache.shape)} "
+                         f"against {tuple(q.shape)}")
+    if v_cache.shape[:-1] != k_cache.shape[:-1]:
+        raise ValueError(f"v_cache must be (..., H_kv, N, D_v) like k_cache, got {tuple(v_cache.shape)}")
+    if h % h_kv:
+        raise ValueError(f"the query heads of q ({h}) must be a multiple of the K/V heads of "
+                         f"k_cache ({h_kv})")
+    scale = 1.0 / math.sqrt(dh) if scale is None else scale
+    stat = torch.promote_types(q.dtype, torch.float32)
+    qg = q.to(stat).reshape(*q.shape[:-2], h_kv, h // h_kv, dh)  # "... (H_kv G) D -> ... H_kv G D"
+    outs, lses = [], []
+    for k_s, v_s in zip(k_cache.tensor_split(min(num_splits, n), dim=-2),
+                        v_cache.tensor_split(min(num_splits, n), dim=-2)):
+        s = torch.matmul(qg, k_s.to(stat).transpose(-1, -2)) * scale  # (..., H_kv, G, n_s)
+        lse = torch.logsumexp(s, dim=-1)  # (..., H_kv, G): one number per query head and chunk
+        outs.append(torch.matmul(torch.exp(s - lse[..., None]), v_s.to(stat)))  # (..., H_kv, G, D_v)
+        lses.append(lse)
+    weights = torch.softmax(torch.stack(lses), dim=0)  # (S, ..., H_kv, G): exp(l_s - l)
+    out = (weights[..., None] * torch.stack(outs)).sum(dim=0)  # (..., H_kv, G, D_v)
+    out = out.reshape(*q.shape[:-2], h, v_cache.shape[-1])  # "... H_kv G D_v -> ... (H_kv G) D_v"
+    return out.to(q.dtype)
+

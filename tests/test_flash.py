@@ -6,7 +6,13 @@ import torch
 import attn_core.flash as flash
 from attn_core.attention import causal_mask, scaled_dot_product_attention
 from attn_core.attention import flash_attention as flash_from_attention
-from attn_core.flash import eager_io_bytes, flash_attention, flash_io_bytes, flash_tile_counts
+from attn_core.flash import (
+    eager_io_bytes,
+    flash2_io_bytes,
+    flash_attention,
+    flash_io_bytes,
+    flash_tile_counts,
+)
 from attn_core.measure import count_flops, saved_tensor_bytes
 
 CASES = [  # (lead dims, N, D, D_v, block_q, block_k)
@@ -116,6 +122,35 @@ def test_io_ledger():
     assert flash_io_bytes(1 << 20, d, 4 * m, b)["total"] == pytest.approx(big / 4, rel=0.02)
 
 
+def test_io_ledger_flash2_loop_order():
+    """Query blocks outside: Q and O once, K and V once per query block; ~8 N^2 D^2 b^2 / M."""
+    n, d, b, m = 4096, 64, 2, 100 * 1024
+    f2 = flash2_io_bytes(n, d, m, b)
+    assert f2["block_q"] == -(-m // (4 * d * b))
+    t_r = -(-n // f2["block_q"])
+    assert f2["total"] == 2 * n * d * b + 4 * n + t_r * 2 * n * d * b
+    # a loop written out: per query block, its Q and O once, every K and V block
+    loop = 4 * n  # the logsumexp
+    for r0 in range(0, n, f2["block_q"]):
+        rows = min(f2["block_q"], n - r0)
+        loop += 2 * rows * d * b + 2 * n * d * b
+    assert loop == f2["total"]
+    big_n = 1 << 20
+    big = flash2_io_bytes(big_n, d, m, b)["total"]
+    assert big == pytest.approx(8 * big_n**2 * d**2 * b**2 / m, rel=0.01)
+    # fewer bytes than Algorithm 1's schedule; fewer than eager exactly when M > 2 D^2 b (large N)
+    assert big < flash_io_bytes(big_n, d, m, b)["total"]
+    for m_try in (int(2 * d * d * b * 0.9), int(2 * d * d * b * 1.1)):
+        fewer = flash2_io_bytes(big_n, d, m_try, b)["total"] < eager_io_bytes(big_n, d, b)["total"]
+        assert fewer == (m_try > 2 * d * d * b)
+    # a kernel's own tile: B_r = 128 rows gives 4 N^2 D / (2 N^2 D b / 128) = 256 / b FLOPs per byte
+    tile = flash2_io_bytes(big_n, 128, m, b, block_q=128)
+    assert tile["block_q"] == 128
+    assert 4 * big_n**2 * 128 / tile["total"] == pytest.approx(256 / b, rel=0.001)
+    with pytest.raises(ValueError, match="block_q"):
+        flash2_io_bytes(n, d, m, b, block_q=0)
+
+
 @pytest.mark.parametrize(
     "kwargs,name",
     [
@@ -145,3 +180,36 @@ def test_bad_shapes_name_themselves():
     for fn, arg in ((flash_io_bytes, "sram_bytes"), (flash_tile_counts, "block_q")):
         with pytest.raises(ValueError, match=arg):
             fn(8, 4, 0) if arg == "sram_bytes" else fn(8, 4, block_q=0)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_16_bit_inputs_accumulate_in_float32_like_sdpa(dtype, causal):
+    """Logits of std 16 (sharp attention): scores, running max/sum and output kept in float32, so the
+    error against float64 (output and gradients) is PyTorch SDPA's, not that of scores rounded to 16
+    bits before the exponential (bf16 here: 0.055 of the largest |out| before the fix, SDPA 0.0023)."""
+    g = torch.Generator().manual_seed(0)
+    n, d = 200, 64
+    q, k = ((torch.randn(2, 3, n, d, generator=g) * 4).to(dtype) for _ in range(2))  # q.k / 8: std 16
+    v, d_out = (torch.randn(2, 3, n, d, generator=g).to(dtype) for _ in range(2))
+    ref_scores = q.double() @ k.double().transpose(-1, -2) / d**0.5
+    assert 15 < ref_scores.std().item() < 17
+
+    def out_and_grads(fn, inputs):
+        inputs = [t.clone().requires_grad_() for t in inputs]
+        out = fn(*inputs)
+        grads = torch.autograd.grad(out, inputs, d_out.to(out.dtype))
+        assert out.dtype == inputs[0].dtype and all(gr.dtype == out.dtype for gr in grads)
+        return [t.double() for t in (out, *grads)]
+
+    def sdpa(a, b, c):
+        return torch.nn.functional.scaled_dot_product_attention(a, b, c, is_causal=causal)
+
+    ref = out_and_grads(sdpa, [t.double() for t in (q, k, v)])
+    ours = out_and_grads(lambda a, b, c: flash_attention(a, b, c, causal=causal), [q, k, v])
+    theirs = out_and_grads(sdpa, [q, k, v])
+    for name, a, b, r in zip(["out", "dq", "dk", "dv"], ours, theirs, ref):
+        err, err_sdpa = ((x - r).abs().max().item() / r.abs().max().item() for x in (a, b))
+        assert err <= 1.5 * err_sdpa + 2e-4, (name, err, err_sdpa)
+    limit = {torch.bfloat16: 0.012, torch.float16: 0.002}[dtype]  # a few roundings of the output dtype
+    assert max((x - r).abs().max().item() / r.abs().max().item() for x, r in zip(ours, ref)) < limit

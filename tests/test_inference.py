@@ -8,10 +8,14 @@ from attn_core.inference import (
     H100_SXM,
     decode_attention,
     decode_bytes,
+    exp_roof_flops,
     layer_ops,
     measure_bandwidth,
     measure_matmul_flops,
+    mla_decode_ops,
     serving,
+    serving_memory,
+    split_kv_decode,
 )
 from attn_core.kv_cache import MODELS
 from attn_core.measure import count_flops
@@ -96,6 +100,104 @@ def test_serving_arithmetic():
     assert b["bytes_per_step"] - b["weight_bytes"] > b["weight_bytes"]
 
 
+def test_h100_figures_of_the_fa3_paper():
+    """FlashAttention-3 (Shah et al. 2024): 3.9 TFLOPS of special functions, 16 per SM per clock at
+    1.83 GHz on 132 SMs; 989 / 3.9 is about 256; L2 50 MiB; 256 KiB of registers per SM."""
+    assert H100_SXM["exp_per_s"] == pytest.approx(3.9e12, rel=0.01)
+    assert H100_SXM["bf16_flops"] / H100_SXM["exp_per_s"] == pytest.approx(256, rel=0.01)
+    assert H100_SXM["num_sms"] == 132 and H100_SXM["l2_bytes"] == 50 * 2**20
+    assert H100_SXM["regs_per_sm"] == 256 * 1024
+    assert H100_SXM["fp8_flops"] / H100_SXM["bf16_flops"] == pytest.approx(2, rel=0.001)  # 1,979 and 989
+
+
+def test_exp_roof():
+    """Forward: 4 D matmul FLOPs per exponential. At D = 128 the paper's '512x more matmul FLOPs, 256x
+    lower throughput': the exponentials take half the matmuls' time; at D = 64 as long."""
+    assert exp_roof_flops(128, exp_per_s=1.0) == 512
+    assert exp_roof_flops(128, exp_per_s=1.0, phase="backward") == 1280
+    share = H100_SXM["bf16_flops"] / exp_roof_flops(128)  # exp time / matmul time
+    assert share == pytest.approx(0.5, rel=0.01)
+    assert H100_SXM["bf16_flops"] / exp_roof_flops(64) == pytest.approx(1.0, rel=0.01)
+    # FlopCounterMode: the forward of one head's attention is 4 N^2 D FLOPs for N^2 exponentials
+    n, d = 16, 8
+    flops = count_flops(scaled_dot_product_attention, Z(1, n, d), Z(1, n, d), Z(1, n, d))
+    assert flops == exp_roof_flops(d, exp_per_s=1.0) * n * n
+
+
+DS = MODELS["DeepSeek-V2"]
+
+
+def test_mla_decode_absorbed_near_h100_ridge_and_decompressed_costs_flops():
+    """Absorbed: H (2 (R + D_r) + 2 R) FLOPs per cached token over (R + D_r) b bytes, 128 * 2176 / 1152
+    = 241.8 FLOPs per byte as N grows; the counts equal FlopCounterMode on the absorbed computation."""
+    n = 1 << 20
+    op = mla_decode_ops(DS, n)
+    assert op.intensity == pytest.approx(128 * (2 * 576 + 2 * 512) / (576 * 2), rel=1e-3)
+    ridge = H100_SXM["bf16_flops"] / H100_SXM["bandwidth"]
+    assert 0.8 * ridge < op.intensity < ridge
+    assert op.bytes - DS.kv_bytes(n) // DS.num_layers == 128 * (576 + 512) * 2  # the cache: one layer
+    full = mla_decode_ops(DS, n, absorbed=False)
+    assert full.flops / op.flops == pytest.approx((2 * 512 * 256 + 2 * 192 + 2 * 128) / 2176, rel=1e-6)
+    assert full.intensity > 40 * ridge  # decompressing every step: far on the arithmetic side
+    # the absorbed computation, written out on a small MLA (3 heads, R = 8, D_r = 2), counted
+    m = DS.with_(num_heads=3, kv_lora_rank=8, rope_dim=2, d_head=4, d_v=5)
+    n_small, batch = 7, 2
+    q_lat, q_rope = Z(batch, 3, 8), Z(batch, 3, 2)  # absorbed query: latent part and RoPE part
+    c, k_r = Z(batch, n_small, 8), Z(batch, n_small, 2)  # cached latent and RoPE key
+
+    def absorbed():
+        s = q_lat @ c.transpose(-1, -2) + q_rope @ k_r.transpose(-1, -2)  # (B, H, N)
+        return torch.softmax(s, -1) @ c  # (B, H, R): then W^UV, absorbed into the output
+
+    assert count_flops(absorbed) == mla_decode_ops(m, n_small, batch=batch).flops
+    w_uk, w_uv = Z(8, 3 * 4), Z(8, 3 * 5)
+    q_nope, q_r = Z(batch, 3, 1, 4), Z(batch, 3, 1, 2)
+
+    def decompressed():
+        k = (c @ w_uk).reshape(batch, n_small, 3, 4).transpose(1, 2)  # (B, H, N, D)
+        v = (c @ w_uv).reshape(batch, n_small, 3, 5).transpose(1, 2)  # (B, H, N, D_v)
+        s = q_nope @ k.transpose(-1, -2) + q_r @ k_r[:, None].transpose(-1, -2)  # (B, H, 1, N)
+        return torch.softmax(s, -1) @ v
+
+    assert count_flops(decompressed) == mla_decode_ops(m, n_small, batch=batch, absorbed=False).flops
+
+
+@pytest.mark.parametrize("splits", [1, 3, 8, 100], ids=lambda s: f"splits{s}")
+def test_split_kv_decode_equals_decode_attention(splits):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 16, generator=g, dtype=torch.float64) * 3
+    k = torch.randn(2, 2, 37, 16, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 2, 37, 12, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(split_kv_decode(q, k, v, splits), decode_attention(q, k, v),
+                               rtol=1e-12, atol=1e-12)
+    bf = [t.bfloat16() for t in (q, k, v)]
+    out = split_kv_decode(*bf, splits)
+    assert out.dtype == torch.bfloat16
+    ref = decode_attention(*(t.double() for t in bf))
+    torch.testing.assert_close(out.double(), ref, rtol=0.02, atol=0.02)
+
+
+def test_serving_memory():
+    s = serving_memory(LLAMA3, 8192, users=5)
+    kv = 8192 * 32 * 2 * 8 * 128 * 2
+    assert s["weight_bytes"] == 2 * LLAMA3.num_params() and s["kv_bytes_per_user"] == kv
+    assert s["kv_bytes"] == 5 * kv and s["total_bytes"] == s["weight_bytes"] + 5 * kv
+    assert s["devices"] == 1
+    many = serving_memory(LLAMA3, 8192, users=100)
+    assert (many["devices"] - 1) * H100_SXM["memory_bytes"] < many["total_bytes"] <= many["devices"] * 80e9
+    # the layer weights that a step reads (serving) are part of all the weights held
+    assert serving(LLAMA3, 8192)["weight_bytes"] < s["weight_bytes"]
+
+
+def test_batching_raises_the_weights_intensity_not_attentions():
+    """Decode: a weight matrix is read once for the whole batch (intensity ~ B), each sequence's
+    cache once for that sequence (intensity ~ G, whatever B)."""
+    for batch in (1, 8, 64):
+        ops = {o.name: o for o in layer_ops(LLAMA3, 8192, "decode", batch=batch)}
+        assert ops["FFN"].intensity == pytest.approx(batch, rel=0.02)
+        assert ops["attention (QK^T, PV)"].intensity == pytest.approx(4, rel=0.01)
+
+
 def test_measurements_are_positive():
     assert measure_matmul_flops(128, repeats=2) > 0
     assert measure_bandwidth(1 << 20, repeats=2) > 0
@@ -112,6 +214,14 @@ def test_measurements_are_positive():
         (lambda: decode_attention(Z(8, 16), Z(2, 5, 15), Z(2, 5, 16)), "k_cache"),
         (lambda: serving(LLAMA3, 10, bandwidth=0), "bandwidth"),
         (lambda: decode_bytes(10, 8, 0, 16), "num_kv_heads"),
+        (lambda: mla_decode_ops(LLAMA3, 10), "model"),
+        (lambda: mla_decode_ops(DS, 0), "seq_len"),
+        (lambda: split_kv_decode(Z(8, 16), Z(2, 5, 16), Z(2, 5, 16), 0), "num_splits"),
+        (lambda: split_kv_decode(Z(8, 16), Z(2, 5, 16), Z(2, 4, 16), 2), "v_cache"),
+        (lambda: exp_roof_flops(128, phase="decode"), "phase"),
+        (lambda: exp_roof_flops(0), "d_head"),
+        (lambda: serving_memory(LLAMA3, 10, users=0), "users"),
+        (lambda: serving_memory(LLAMA3, 10, device_bytes=0), "device_bytes"),
     ],
 )
 def test_bad_input_names_argument(call, name):
