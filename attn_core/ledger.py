@@ -247,6 +247,7 @@ def block_ledger(B: int, N: int, d_model: int, H: int, *, num_kv_heads: int | No
                                                    attention, mask_bytes, recompute, dtype)
     switches = {**SWITCHES["norm"][norm], **SWITCHES["ffn_kind"][ffn], **SWITCHES["attention"][attention],
                 **SWITCHES["recompute"][recompute]}
+    switches.pop("r_op")  # torchtitan's per-op policy is a training step's (formulas.step), not the block's
     items = formulas.block_items(B=B, N=N, d=d, H=H, H_kv=H_kv, F=Fw, b=b, k_drop=int(bool(dropout)),
                                  u_mask=int(mask_bytes == 1), **switches)
     return {k: _int(items[k]) for k in BLOCK_ITEMS}

@@ -258,6 +258,12 @@ class ModelConfig:
         head = 0 if self.tie_embeddings else self.vocab_size * d
         return embed + layers + norm + head
 
+    def io_params(self) -> int:
+        """Parameters outside the blocks: token embeddings, learned positions, the output head
+        (unless tied) and the final norm (:meth:`num_params` less the layers)."""
+        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
+        return (self.vocab_size + self.positions) * self.d_model + head + self._norm_params()
+
     def _norm_params(self) -> int:
         """Parameters of one norm over d: RMSNorm a scale, LayerNorm a scale and a bias."""
         return {"rmsnorm": 1, "layernorm": 2}[self.norm] * self.d_model

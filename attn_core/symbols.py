@@ -45,16 +45,52 @@ SYMBOLS: dict[str, str] = {
     "w_b": "bytes per weight (switch: precision)",
     "g_b": "bytes per gradient (switch: precision)",
     "o_master": "bytes of fp32 master weights per parameter (switch: precision; 0 or 4)",
-    "n_opt": "fp32 optimizer buffers per parameter (switch: optimizer; AdamW 2, SGD momentum 1)",
+    "n_opt": "optimizer moments per parameter (switch: optimizer; AdamW 2, SGD momentum 1)",
     "z_1": "1 if ZeRO shards the optimizer state (switch: zero; stage >= 1)",
     "z_2": "1 if ZeRO shards the gradients (switch: zero; stage >= 2)",
     "z_3": "1 if ZeRO shards the weights (switch: zero; stage 3)",
     "M_gib": "accelerator memory, GiB (2^30 bytes)",
+    # one training step on an accelerator (attn_core.formulas.step, training.training_memory)
+    "N_k": "keys each query attends to, where it differs from N (context parallelism: all N)",
+    "n_vocab": "vocabulary size: logits per token",
+    "P_io": "parameters of the input and output layers (embeddings, output head, final norm)",
+    "P_layer": "parameters of one block",
+    "P_lin": "parameters of the block matrices a QLoRA base quantizes",
+    "P_lora": "parameters of LoRA's adapters",
+    "n_py": "1 for Python code that upcasts to float32 (norms, softmax), 0 for fused kernels "
+            "(switch: kernels)",
+    "kr": "1 if K and V are repeated to H heads before attention (switch: kernels)",
+    "sl": "1 if SwiGLU keeps SiLU's output, 0 if a compiled kernel recomputes it (switch: kernels)",
+    "u_cpu": "1: the block as the CPU keeps it (the measured ledger), 0: CUDA's kernels (switch: device)",
+    "r_op": "1 with torchtitan's per-op recomputation (switch: recompute; per_op)",
+    "r_off": "1 if full recomputation's checkpoints are offloaded to the host (switch: offload)",
+    "f_lora": "1 if only LoRA's adapters train on a frozen base (switch: finetune)",
+    "f_quant": "1 if the base's block matrices are quantized, QLoRA (switch: finetune)",
+    "q_w": "bytes per quantized base weight, scales included (switch: finetune; NF4 ~ 0.516)",
+    "a_qkv": "LoRA: 1 if a Q, K or V projection is adapted (their input is kept)",
+    "a_o": "LoRA: 1 if the output projection is adapted",
+    "a_up": "LoRA: 1 if the FFN's gate or up projection is adapted",
+    "a_down": "LoRA: 1 if the FFN's down projection is adapted",
+    "n_lora": "LoRA: adapted projections per block",
+    "r_lora": "LoRA: rank r",
+    "m_b": "bytes per optimizer moment in the precision's dtype (switch: precision)",
+    "u_q": "1 if the optimizer keeps its moments quantized (switch: optimizer)",
+    "m_q": "bytes per quantized moment, scales included (switch: optimizer)",
+    "f_temp": "copies of the trained parameters the optimizer step makes (switch: optimizer_impl; "
+              "foreach 1, fused 0)",
+    "o_bwd": "1 if the optimizer steps inside the backward, one parameter at a time (switch: "
+             "optimizer_in_backward)",
+    "l_loss": "bytes per logit at the loss (switch: loss)",
+    "pp": "pipeline stages (1F1B)",
     # several devices (the chapter "beyond one device")
     "t": "tensor-parallel degree: ranks that split each layer's heads and FFN columns",
     "s_sp": "1 with sequence parallelism: the norms' and residual activations split along N over t",
     "c": "context-parallel degree: ranks that split the sequence (ring attention)",
     "P_rep": "parameters every tensor-parallel rank holds whole (norms, row-parallel biases, positions)",
+    # the time of a transfer (attn_core.formulas.parallel)
+    "alpha": "latency of one message over a link, seconds (the time model's fixed cost)",
+    "beta_l": "bandwidth of a link in one direction, bytes per second",
+    "pi": "compute rate, FLOP/s (a roofline's peak, or what a kernel achieves)",
 }
 
 _POS_INT = {"positive": True, "integer": True}
@@ -65,6 +101,13 @@ ASSUMPTIONS: dict[str, dict] = {
     **dict.fromkeys(("D_r", "R", "Q_r", "W", "P_rep"), _NONNEG_INT),
     **dict.fromkeys(("P_w", "N_d"), _POS_INT),
     **dict.fromkeys(("b", "m_ffn", "c_causal", "w_b", "g_b", "M_gib"), {"positive": True}),
+    **dict.fromkeys(("N_k", "n_vocab", "pp"), _POS_INT),
+    **dict.fromkeys(("beta_l", "pi"), {"positive": True}),
+    "alpha": {"nonnegative": True},
+    **dict.fromkeys(("P_io", "P_layer", "P_lin", "P_lora", "n_lora", "r_lora"), _NONNEG_INT),
+    **dict.fromkeys(("n_py", "kr", "sl", "u_cpu", "r_op", "r_off", "f_lora", "f_quant", "q_w", "a_qkv",
+                     "a_o", "a_up", "a_down", "m_b", "u_q", "m_q", "f_temp", "o_bwd", "l_loss"),
+                    {"nonnegative": True}),
     **dict.fromkeys(("k_drop", "a_saved", "u_mask", "c_mask", "w_ffn", "n_rms", "g_swiglu", "e_fused",
                      "r_sel", "r_full", "z_1", "z_2", "z_3", "o_master", "n_opt", "s_sp"),
                     {"nonnegative": True}),
@@ -81,12 +124,43 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     "norm": {"layernorm": {"n_rms": 0}, "rmsnorm": {"n_rms": 1}},
     "ffn_kind": {"gelu": {"g_swiglu": 0}, "swiglu": {"g_swiglu": 1}},
     "attention": {"eager": {"e_fused": 0}, "fused": {"e_fused": 1}},
-    "recompute": {"none": {"r_sel": 0, "r_full": 0}, "selective": {"r_sel": 1, "r_full": 0},
-                  "full": {"r_sel": 0, "r_full": 1}},
-    # activations in 16-bit with mixed precision, in 32-bit otherwise
-    "precision": {"fp32": {"w_b": 4, "g_b": 4, "o_master": 0, "b": 4},
-                  "bf16_mixed": {"w_b": 2, "g_b": 2, "o_master": 4, "b": 2}},
-    "optimizer": {"adamw": {"n_opt": 2}, "sgd_momentum": {"n_opt": 1}, "sgd": {"n_opt": 0}},
+    # per_op: torchtitan's selective_ac_option = "op" (a training step only; block_ledger has no such)
+    "recompute": {"none": {"r_sel": 0, "r_op": 0, "r_full": 0},
+                  "selective": {"r_sel": 1, "r_op": 0, "r_full": 0},
+                  "per_op": {"r_sel": 0, "r_op": 1, "r_full": 0},
+                  "full": {"r_sel": 0, "r_op": 0, "r_full": 1}},
+    # precision conventions: weights, gradients, master copy, moments (bytes each); b the activations'.
+    # bf16_mixed: ZeRO's mixed precision (16 bytes a parameter with AdamW); megatron: Megatron-LM's bf16
+    # with float32 gradients (18); fp32_params: float32 parameters and gradients computed in bf16, as
+    # FSDP2's MixedPrecisionPolicy and torch.autocast keep them (16); bf16_pure: no master copy, bf16
+    # moments (8: torchtune, LitGPT "bf16-true"); fp32: everything in float32 (16, activations 4).
+    "precision": {"fp32": {"w_b": 4, "g_b": 4, "o_master": 0, "m_b": 4, "b": 4},
+                  "bf16_mixed": {"w_b": 2, "g_b": 2, "o_master": 4, "m_b": 4, "b": 2},
+                  "megatron": {"w_b": 2, "g_b": 4, "o_master": 4, "m_b": 4, "b": 2},
+                  "fp32_params": {"w_b": 4, "g_b": 4, "o_master": 0, "m_b": 4, "b": 2},
+                  "bf16_pure": {"w_b": 2, "g_b": 2, "o_master": 0, "m_b": 2, "b": 2}},
+    # the 8- and 4-bit moments of torchao's AdamW8bit and AdamW4bit: blocks of 256 and 128 values
+    # with one float32 scale each
+    "optimizer": {"adamw": {"n_opt": 2, "u_q": 0, "m_q": 0},
+                  "adamw_8bit": {"n_opt": 2, "u_q": 1, "m_q": 1 + Fraction(4, 256)},
+                  "adamw_4bit": {"n_opt": 2, "u_q": 1, "m_q": Fraction(1, 2) + Fraction(4, 128)},
+                  "sgd_momentum": {"n_opt": 1, "u_q": 0, "m_q": 0}, "sgd": {"n_opt": 0, "u_q": 0, "m_q": 0}},
+    "optimizer_impl": {"foreach": {"f_temp": 1}, "fused": {"f_temp": 0}},
+    "optimizer_in_backward": {"false": {"o_bwd": 0}, "true": {"o_bwd": 1}},
+    # kernels: compiled (torch.compile; PyTorch's fused RMSNorm), eager Python code upcasting to float32
+    # (Hugging Face, torchtune), the same repeating K and V to every head (torchtitan, torchtune 2024)
+    "kernels": {"compiled": {"n_py": 0, "kr": 0, "sl": 0}, "eager": {"n_py": 1, "kr": 0, "sl": 1},
+                "eager_repeat_kv": {"n_py": 1, "kr": 1, "sl": 1}},
+    "device": {"cuda": {"u_cpu": 0, "u_mask": 1}, "cpu": {"u_cpu": 1, "u_mask": 0}},
+    "offload": {"false": {"r_off": 0}, "true": {"r_off": 1}},
+    # bytes per logit at the loss: float32 logits kept by the caller (Hugging Face) or deleted
+    # (torchtitan), chunked (torchtune's CEWithChunkedOutputLoss), chunked and compiled, fused (no logits)
+    "loss": {"fp32_kept": {"l_loss": 14}, "fp32": {"l_loss": 12}, "chunked": {"l_loss": 6},
+             "chunked_compiled": {"l_loss": 4}, "fused": {"l_loss": 0}},
+    # QLoRA's NF4: 4 bits a weight, an 8-bit scale per 64, a float32 scale per 256 x 64 (double quantized)
+    "finetune": {"full": {"f_lora": 0, "f_quant": 0, "q_w": 0}, "lora": {"f_lora": 1, "f_quant": 0, "q_w": 0},
+                 "qlora": {"f_lora": 1, "f_quant": 1,
+                           "q_w": Fraction(1, 2) + Fraction(1, 64) + Fraction(4, 64 * 256)}},
     "sequence_parallel": {"true": {"s_sp": 1}, "false": {"s_sp": 0}},
     "zero": {"0": {"z_1": 0, "z_2": 0, "z_3": 0}, "1": {"z_1": 1, "z_2": 0, "z_3": 0},
              "2": {"z_1": 1, "z_2": 1, "z_3": 0}, "3": {"z_1": 1, "z_2": 1, "z_3": 1}},

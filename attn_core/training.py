@@ -2,16 +2,18 @@
 
 Per parameter (Psi parameters), in bytes:
 
-=====================  =======  =========  ==========================================
-precision, optimizer   weights  gradients  optimizer state
-=====================  =======  =========  ==========================================
-fp32, AdamW            4        4          8  (two moments m, v)
-bf16 mixed, AdamW      2        2          12 (fp32 master weights, m, v): 16 in all
-fp32, SGD + momentum   4        4          4  (momentum)
-bf16 mixed, SGD + mom. 2        2          8  (fp32 master weights, momentum)
-fp32, SGD              4        4          0
-bf16 mixed, SGD        2        2          4  (fp32 master weights)
-=====================  =======  =========  ==========================================
+==========================  =======  =========  =================================================
+precision, optimizer        weights  gradients  optimizer state
+==========================  =======  =========  =================================================
+fp32, AdamW                 4        4          8  (two moments m, v)
+bf16_mixed, AdamW           2        2          12 (fp32 master weights, m, v): 16 in all (ZeRO)
+megatron, AdamW             2        4          12 (fp32 gradients, as Megatron-LM keeps them): 18
+fp32_params, AdamW          4        4          8  (FSDP2's MixedPrecisionPolicy, torch.autocast): 16
+bf16_pure, AdamW            2        2          4  (bf16 moments, no master copy): 8
+bf16_pure, AdamW 8-bit      2        2          2.03 (torchao's AdamW8bit, a scale per 256 values)
+bf16_mixed, SGD + momentum  2        2          8  (fp32 master weights, momentum)
+bf16_mixed, SGD             2        2          4  (fp32 master weights)
+==========================  =======  =========  =================================================
 
 ZeRO (Rajbhandari et al., 2020) shards these over ``dp_ranks`` data-parallel ranks: stage 1
 the optimizer state, stage 2 also the gradients, stage 3 also the weights. Per rank, with
@@ -21,14 +23,25 @@ K optimizer bytes per parameter and 16-bit weights and gradients:
     stage 2: 2 Psi + (2 + K) Psi / N_d,   3: (2 + 2 + K) Psi / N_d.
 
 The paper's Figure 1 (7.5B parameters, 64 ranks, K = 12): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB.
-Written once in :func:`attn_core.formulas.training_state` (the "does it fit" widget evaluates it too).
+Written once in :func:`attn_core.formulas.training_state`.
+
+:func:`training_memory` answers "does it fit" for a whole training step on an accelerator: the
+state above, the activations, the logits and loss, the buffers, each phase of the step and its
+peak, for any :class:`~attn_core.models.ModelConfig` (:meth:`~attn_core.models.ModelConfig.from_hf_config`
+reads one from a config.json). It is written once, in :func:`attn_core.formulas.step.step_items`,
+which the "does it fit" widget evaluates too; the calibration page sets it beside published
+measurements.
 """
 
 from __future__ import annotations
 
+import inspect
+import math
 from fractions import Fraction
 
 from . import _checks, formulas
+from .formulas import step
+from .models import ModelConfig
 from .symbols import SWITCHES
 
 __all__ = [
@@ -37,6 +50,9 @@ __all__ = [
     "ZERO_STAGES",
     "bytes_per_param",
     "training_state_bytes",
+    "training_memory",
+    "LORA_MODULES",
+    "TRAINING_OPTIONS",
 ]
 
 #: precision -> (weight bytes, gradient bytes, master-weight bytes kept by the optimizer)
@@ -77,3 +93,163 @@ def training_state_bytes(num_params: int, *, precision: str = "bf16_mixed", opti
     switches.pop("b")  # the activations' bytes: not part of the training state
     state = formulas.training_state(P_w=num_params, N_d=dp_ranks, **switches)
     return {k: _exact(Fraction(state[k])) for k in ("weights", "gradients", "optimizer")}
+
+
+# ------------------------------------------------------------------------ a whole training step
+#: LoRA's target projections, named as Hugging Face's Llama names them (``q_proj`` ... ``down_proj``)
+LORA_MODULES: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
+
+#: option -> (menu of :data:`attn_core.symbols.SWITCHES`, default): the switches of training_memory
+TRAINING_OPTIONS: dict[str, tuple[str, object]] = {
+    "precision": ("precision", "bf16_mixed"),
+    "optimizer": ("optimizer", "adamw"),
+    "optimizer_impl": ("optimizer_impl", "fused"),
+    "optimizer_in_backward": ("optimizer_in_backward", False),
+    "recompute": ("recompute", "none"),
+    "offload": ("offload", False),
+    "attention": ("attention", "fused"),
+    "kernels": ("kernels", "eager"),
+    "loss": ("loss", "fp32"),
+    "finetune": ("finetune", "full"),
+    "sequence_parallel": ("sequence_parallel", False),
+    "dropout": ("dropout", False),
+    "device": ("device", "cuda"),
+}
+
+
+def _switch(option: str, value) -> dict:
+    menu = SWITCHES[TRAINING_OPTIONS[option][0]]
+    key = str(value).lower() if isinstance(value, bool) else value
+    if not isinstance(key, str) or key not in menu:
+        shown = [k if k not in ("true", "false") else k == "true" for k in menu]
+        raise ValueError(f"{option} must be one of {shown}, got {value!r}")
+    return dict(menu[key])
+
+
+def _module_shapes(m: ModelConfig) -> dict[str, tuple[int, int]]:
+    """(in, out) features of each LoRA target projection of one block."""
+    d, H, H_kv, D = m.d_model, m.num_heads, m.num_kv_heads, m.d_head
+    D_v = m.d_v or D
+    return {"q": (d, H * D), "k": (d, H_kv * D), "v": (d, H_kv * D_v), "o": (H * D_v, d),
+            "gate": (d, m.ffn_dim), "up": (d, m.ffn_dim), "down": (m.ffn_dim, d)}
+
+
+def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp: int = 1, tp: int = 1,
+                    cp: int = 1, pp: int = 1, lora_rank: int = 16, lora_modules=LORA_MODULES,
+                    quantize: str = "adapted", **options) -> dict:
+    """Bytes on the busiest rank of one training step of ``model`` on B sequences of N tokens.
+
+    Items (each as it is at the step's peak; they add up to ``peak``): ``weights``, ``gradients``,
+    ``optimizer`` (the state), ``activations`` (what the blocks keep for backward), ``logits`` (the
+    output layer and the loss), ``buffers`` (ZeRO-3's gathered blocks and their gradient, the block a
+    recomputation rebuilds, a dequantized QLoRA matrix, the optimizer step's temporaries) and
+    ``peak``, the largest total over the phases of the step, each also given as ``phase.<name>``:
+    ``forward`` (at the loss: state, activations, logits, gathered layers; with a pipeline, on the
+    first stage), ``forward_last`` (the loss on a pipeline's last stage, with the logits),
+    ``backward`` (the last block's backward: state, activations, the output layer's gradient, the
+    rebuilt block), ``backward_end`` (state and every gradient) and ``step`` (state, gradients, the
+    step's temporaries); ``peak_phase`` names the first phase that reaches the peak. Values are
+    bytes (ints), rounded up. The formula, term by term, is :func:`attn_core.formulas.step.step_items`.
+
+    Parallelism: ZeRO stage ``zero`` (0-3) over the ``dp`` x ``cp`` ranks, ``tp``-way tensor
+    parallelism (``sequence_parallel``: the norms and residual too), ``cp``-way context parallelism
+    (each rank N / cp tokens), ``pp`` pipeline stages (1F1B: the first stage holds pp micro-batches
+    of B sequences). Fine-tuning: ``finetune`` "full", "lora" (rank ``lora_rank`` on
+    ``lora_modules``, a subset of :data:`LORA_MODULES`) or "qlora" (as LoRA on a base whose block
+    matrices are NF4: those of the adapted projections, ``quantize="adapted"``, as torchtune
+    quantizes, or all, ``"all"``, as bitsandbytes' ``Linear4bit`` replacing every linear does).
+
+    ``options`` (default first; the symbols they set are in :data:`attn_core.symbols.SWITCHES`):
+
+    * ``precision``: "bf16_mixed" (ZeRO's 2 + 2 + 12 bytes a parameter), "megatron" (fp32
+      gradients: 2 + 4 + 12), "fp32_params" (FSDP2 and autocast: 4 + 4 + 8), "bf16_pure" (2 + 2 + 4),
+      "fp32" (activations in fp32 too);
+    * ``optimizer``: "adamw", "adamw_8bit", "adamw_4bit", "sgd_momentum", "sgd";
+      ``optimizer_impl``: "fused" or "foreach" (its step makes a copy of the parameters);
+      ``optimizer_in_backward``: False or True (no full set of gradients);
+    * ``recompute``: "none", "selective" (Korthikanti et al.: the attention core), "per_op"
+      (torchtitan's: every other matmul's output and attention's are saved), "full" (the block's
+      input); ``offload``: False or True (full recomputation's checkpoints to the host);
+    * ``attention``: "fused" (FlashAttention's kernels) or "eager" (the N x N weights kept);
+    * ``kernels``: "eager" (Python code upcasting to float32: Hugging Face's, torchtune's),
+      "eager_repeat_kv" (the same, K and V repeated to every head), "compiled" (torch.compile,
+      PyTorch's fused RMSNorm);
+    * ``loss``: "fp32" (float32 logits, 12 bytes a logit at the loss), "fp32_kept" (the caller
+      keeps them too: 14), "chunked" (6), "chunked_compiled" (4), "fused" (no logits kept: 0);
+    * ``finetune``: "full", "lora", "qlora"; ``sequence_parallel``, ``dropout``: False or True;
+    * ``device``: "cuda" (what PyTorch's CUDA kernels save) or "cpu" (the block as measured on this
+      CPU, :func:`attn_core.ledger.block_ledger`; full fine-tuning without per-op recomputation).
+
+    A model with MLA (DeepSeek-V2/V3) is counted with its decompressed per-head keys and values.
+    Not counted: the CUDA context and the allocator's cache (``torch.cuda.max_memory_reserved`` -
+    ``max_memory_allocated``), communication libraries' own buffers.
+    """
+    if not isinstance(model, ModelConfig):
+        raise ValueError(f"model must be a ModelConfig (ModelConfig.from_hf_config reads one), got {model!r}")
+    N, B = _checks.positive_int("N", N), _checks.positive_int("B", B)
+    dp, tp, cp, pp = (_checks.positive_int(n, v) for n, v in (("dp", dp), ("tp", tp), ("cp", cp), ("pp", pp)))
+    if isinstance(zero, bool) or zero not in ZERO_STAGES:
+        raise ValueError(f"zero must be one of {list(ZERO_STAGES)}, got {zero!r}")
+    unknown = set(options) - set(TRAINING_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown option {sorted(unknown)[0]!r}; options: {sorted(TRAINING_OPTIONS)}")
+    chosen = {name: options.get(name, default) for name, (_, default) in TRAINING_OPTIONS.items()}
+    env = {}
+    for name, value in chosen.items():
+        env.update(_switch(name, value))
+    env.update(SWITCHES["zero"][str(zero)])
+    if not model.vocab_size:
+        raise ValueError(f"{model.name}: vocab_size is needed for the logits")
+    for name, value in (("num_heads", model.num_heads), ("num_kv_heads", model.num_kv_heads)):
+        _checks.divisible(name, value, "tp", tp)
+    _checks.divisible("N", N, "cp", cp)
+    _checks.divisible("num_layers", model.num_layers, "pp", pp)
+
+    lora = chosen["finetune"] != "full"
+    modules = tuple(lora_modules)
+    if lora:
+        lora_rank = _checks.positive_int("lora_rank", lora_rank)
+        bad = [m for m in modules if m not in LORA_MODULES]
+        if bad or not modules:
+            raise ValueError(f"lora_modules must be a non-empty subset of {list(LORA_MODULES)}, "
+                             f"got {modules!r}")
+        if model.num_experts and set(modules) & {"gate", "up", "down"}:
+            raise ValueError(f"{model.name}: LoRA on a mixture of experts' FFN is not modelled; "
+                             "adapt the attention projections")
+        if quantize not in ("adapted", "all"):
+            raise ValueError(f"quantize must be 'adapted' or 'all', got {quantize!r}")
+    if chosen["device"] == "cpu":
+        if chosen["recompute"] == "per_op" or lora or model.d_model != model.num_heads * model.d_head:
+            raise ValueError("device='cpu' counts the measured CPU block: full fine-tuning, recompute in "
+                             "none/selective/full, d_head = d_model / num_heads")
+
+    L, d = model.num_layers, model.d_model
+    P_w, P_io = model.num_params(), model.io_params()
+    P_blocks = P_w - P_io
+    shapes = _module_shapes(model)
+    adapted = modules if lora else ()
+    P_lora = L * sum(lora_rank * (i + o) for i, o in (shapes[m] for m in adapted))
+    matrices = P_blocks - L * model.norms_per_layer * model._norm_params()
+    P_lin = matrices if quantize == "all" else L * sum(i * o for i, o in (shapes[m] for m in adapted))
+    mla = model.is_mla
+    D = model.d_head + (model.rope_dim or 0) if mla else model.d_head
+    env.update(
+        B=B, N=N, n_vocab=model.vocab_size, L=L, P_w=P_w, P_io=P_io, P_layer=Fraction(P_blocks, L),
+        P_lin=P_lin, P_lora=P_lora, d=d, H=model.num_heads,
+        H_kv=model.num_heads if mla else model.num_kv_heads, D=D, F=model.ffn_dim,
+        n_rms=int(model.norm == "rmsnorm"), g_swiglu=int(model.ffn == "swiglu"),
+        a_qkv=int(bool({"q", "k", "v"} & set(adapted))), a_o=int("o" in adapted),
+        a_up=int(bool({"gate", "up"} & set(adapted))), a_down=int("down" in adapted), n_lora=len(adapted),
+        r_lora=lora_rank if lora else 0, N_d=dp, t=tp, c=cp, pp=pp,
+    )
+    values = step.step_items(**{k: env[k] for k in _STEP_ARGS})
+    totals = [values[f"phase.{p}"] for p in step.PHASES]
+    phase = step.PHASES[totals.index(max(totals))]  # the first phase whose total is the peak
+    out = {k: math.ceil(values[f"{phase}.{k}"]) for k in step.STEP_TOTAL_ITEMS}
+    out["peak"] = math.ceil(values["peak"])
+    out.update({f"phase.{p}": math.ceil(values[f"phase.{p}"]) for p in step.PHASES})
+    out["peak_phase"] = phase
+    return out
+
+
+_STEP_ARGS = tuple(inspect.signature(step.step_items.__wrapped__).parameters)

@@ -57,18 +57,19 @@ def block_items(B, N, d, H, H_kv, F, b, k_drop, u_mask, n_rms, g_swiglu, e_fused
 
 
 @formula
-def training_state(P_w, w_b, g_b, o_master, n_opt, z_1, z_2, z_3, N_d) -> dict:
+def training_state(P_w, w_b, g_b, o_master, n_opt, m_b, u_q, m_q, z_1, z_2, z_3, N_d) -> dict:
     """Bytes per data-parallel rank of weights, gradients, optimizer state (:mod:`attn_core.training`).
 
     P_w parameters; w_b, g_b bytes per weight and gradient; the optimizer keeps o_master bytes of
-    master weights and n_opt float32 buffers per parameter. ZeRO shards over N_d ranks: z_1 the
-    optimizer state, z_2 the gradients, z_3 the weights.
+    master weights and n_opt moments per parameter, of m_b bytes (m_q when quantized, u_q = 1).
+    ZeRO shards over N_d ranks: z_1 the optimizer state, z_2 the gradients, z_3 the weights.
     """
     def share(z):
         return 1 - z + _ratio(z, N_d)
 
+    moment = (1 - u_q) * m_b + u_q * m_q
     return {"weights": P_w * w_b * share(z_3), "gradients": P_w * g_b * share(z_2),
-            "optimizer": P_w * (o_master + 4 * n_opt) * share(z_1)}
+            "optimizer": P_w * (o_master + n_opt * moment) * share(z_1)}
 
 
 # ------------------------------------------------------------------------- several devices
