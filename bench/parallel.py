@@ -7,8 +7,10 @@ sending its K, V block and receiving the next, computes with the block it holds,
 the transfer: ``wait`` is the part of the transfer the compute did not hide, plus any time spent
 waiting for a slower neighbour to start its send (the causal imbalance of contiguous shards: a
 rank with nothing to compute at a step waits for the ranks that have; compare ``--layout zigzag``).
-``alone`` is the same transfer timed with nothing to hide behind. Not a test: the numbers depend on
-the machine and its load (printed with them).
+``alone`` is the same transfer timed with nothing to hide behind. Backward, each dK, dV accumulator
+is posted after a step's compute and waited on after the next step's compute; the last one (each
+rank's own accumulator coming home) has no compute left to hide it. Not a test: the numbers depend
+on the machine and its load (printed with them).
 
     .venv/bin/python bench/parallel.py [--n 8192] [--ranks 4] [--layout contiguous|zigzag]
 """
@@ -38,11 +40,11 @@ def worker(rank: int, size: int, spec: dict) -> dict:
     t0 = time.perf_counter()
     out = par.ring_attention(q, k, v, True, layout=spec["layout"])
     t_fwd = time.perf_counter() - t0
-    stats = par.ring_attention_stats()
     dist.barrier()
     t0 = time.perf_counter()
     (out * dout).sum().backward()
     t_bwd = time.perf_counter() - t0
+    stats = par.ring_attention_stats()  # forward and backward steps
     kv = torch.cat([k.detach(), v.detach()], dim=-1)
     alone = []
     for step in range(3):  # the same block transfer with no compute to hide it
@@ -103,8 +105,24 @@ def main() -> None:
     waits = [w for r in runs for w in r["stats"]["wait_s"][:-1]]  # steps that had a transfer
     alone = statistics.median(r["alone_s"] for r in runs)
     hidden = max(0.0, 1 - statistics.median(waits) / alone) if waits and alone > 0 else float("nan")
-    print(f"median wait after compute {statistics.median(waits) * 1e3:.2f} ms against {alone * 1e3:.2f} ms "
-          f"for the transfer alone: about {hidden:.0%} of each transfer hidden behind the compute")
+    print(f"forward: median wait after compute {statistics.median(waits) * 1e3:.2f} ms against "
+          f"{alone * 1e3:.2f} ms for the transfer alone: about {hidden:.0%} of each K, V transfer hidden")
+    print(f"{'rank':>4}   backward per step: compute ms / wait for the dK, dV accumulator ms; last wait ms")
+    for rank, r in enumerate(runs):
+        bw = r["stats"]["backward"]
+        cells = []
+        for step in bw["steps"]:
+            wait = "-" if step["wait_dkv_s"] is None else f"{step['wait_dkv_s'] * 1e3:.1f}"
+            cells.append(f"{step['compute_s'] * 1e3:.0f}/{wait}")
+        print(f"{rank:>4}   {' '.join(cells)}; {bw['final_wait_s'] * 1e3:.1f}")
+    dkv = [step["wait_dkv_s"] for r in runs for step in r["stats"]["backward"]["steps"]
+           if step["wait_dkv_s"] is not None]
+    if dkv:  # the accumulator has the K, V block's shape and, in float32, its bytes: the same transfer
+        hidden_b = max(0.0, 1 - statistics.median(dkv) / alone)
+        last = statistics.median(r["stats"]["backward"]["final_wait_s"] for r in runs)
+        print(f"backward: median wait for a dK, dV accumulator sent during the step's compute "
+              f"{statistics.median(dkv) * 1e3:.2f} ms (about {hidden_b:.0%} hidden); the last one, "
+              f"with no compute left to hide it, {last * 1e3:.2f} ms")
     assert err_out < 1e-4 and err_dq < 1e-3, "ring attention does not match the reference"
 
 

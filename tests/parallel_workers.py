@@ -10,14 +10,21 @@ import time
 
 import torch
 
-from attn_core.parallel import ReferenceBlock, TensorParallelBlock, ring_attention, shard_sequence
+from attn_core.parallel import (
+    ReferenceBlock,
+    TensorParallelBlock,
+    ring_attention,
+    shard_sequence,
+    ulysses_attention,
+)
 from attn_core.parallel.comm import _group
 
 
 def worker_errors(rank: int, size: int, spec: dict | None = None, group=None) -> dict:
     """Bad input, each case on every rank: the ValueError message each rank got (None: no error).
 
-    Afterwards one correct ring-attention call shows the group still works (no rank is stuck).
+    Afterwards one correct ring-attention call and one Ulysses call show the group still works (no
+    rank is stuck).
     """
     rank, size = _group(group)
     g = torch.Generator().manual_seed(0)
@@ -36,6 +43,14 @@ def worker_errors(rank: int, size: int, spec: dict | None = None, group=None) ->
             group=group),
         "t does not divide H": lambda: TensorParallelBlock(
             ReferenceBlock(4 * (size + 1), size + 1, dtype=torch.float64), group=group),
+        "GQA, H not a multiple of H_kv": lambda: ring_attention(
+            x[:, :2, :4, :], torch.cat([x] * 3, dim=1)[:, :3, :4, :], torch.cat([x] * 3, dim=1)[:, :3, :4, :],
+            group=group),
+        "Ulysses, c does not divide H": lambda: ulysses_attention(
+            *[torch.cat([x] * size, dim=1)[:, : size + 1].tensor_split(size, -2)[rank]] * 3, group=group),
+        "Ulysses, c does not divide H_kv": lambda: ulysses_attention(
+            torch.cat([x] * size, dim=1)[:, : 2 * size].tensor_split(size, -2)[rank],
+            *[x[:, :1].tensor_split(size, -2)[rank]] * 2, group=group),
         "SP, N not divisible by t": lambda: TensorParallelBlock(
             ReferenceBlock(8, size, dtype=torch.float64), sequence_parallel=True, group=group)(
             torch.randn(1, size + 1, 8, dtype=torch.float64).tensor_split(size, -2)[rank]),
@@ -49,6 +64,9 @@ def worker_errors(rank: int, size: int, spec: dict | None = None, group=None) ->
             out[name] = str(e)
     y = ring_attention(*[shard_sequence(x, size)[rank]] * 3, group=group)
     out["then a correct call"] = y.shape
+    heads = torch.cat([x] * size, dim=1)  # (1, 2 size, N, 4): c divides H
+    out["then a correct Ulysses call"] = ulysses_attention(*[shard_sequence(heads, size)[rank]] * 3,
+                                                           group=group).shape
     return out
 
 

@@ -74,7 +74,8 @@ def _env(names, rng):
 
 FORMULAS = [formulas.memory_items, formulas.fused_bytes, formulas.attention_params, formulas.layer_flops,
             formulas.kv_cache_bytes, formulas.linear_state_bytes, formulas.block_items,
-            formulas.training_state, formulas.per_rank_params]
+            formulas.training_state, formulas.per_rank_params, formulas.cp_saved, formulas.cp_sent,
+            formulas.ulysses_sent, formulas.ring_step]
 
 
 @pytest.mark.parametrize("fn", FORMULAS, ids=lambda f: f.__name__)

@@ -1,9 +1,15 @@
-"""What a rank sends, counted: point-to-point exchange and the ring collectives built on it.
+"""What a rank sends, counted: point-to-point exchange, all-to-all, and the ring collectives.
 
-Every tensor a rank sends goes through :func:`_exchange`, which adds its bytes to the active
-:class:`CommLog` (:func:`record_comm`). The collectives are rings of point-to-point sends: an
-all-gather or a reduce-scatter over t ranks sends (t - 1)/t of the tensor's bytes per rank in
-t - 1 steps, an all-reduce (one of each) 2 (t - 1)/t.
+Every tensor a rank sends goes through :func:`_exchange` (point to point) or :func:`_all_to_all`,
+which add its bytes to the active :class:`CommLog` (:func:`record_comm`). The collectives are rings
+of point-to-point sends: an all-gather or a reduce-scatter over t ranks sends (t - 1)/t of the
+tensor's bytes per rank in t - 1 steps, an all-reduce (one of each) 2 (t - 1)/t.
+
+Each exchange posts its send and its receive together, with ``torch.distributed.batch_isend_irecv``:
+on NCCL a send and a receive that must progress at the same time have to be in one group
+(``ncclGroupStart`` / ``ncclGroupEnd``), or two ranks that each send first can wait on each other
+forever; ``batch_isend_irecv`` is that group. Gloo (the backend this book runs) does not coalesce
+and posts the operations one by one, which it may: its sends do not wait for the receive.
 """
 
 from __future__ import annotations
@@ -61,21 +67,52 @@ def _peer(group, rank: int) -> int:
     return rank if group is None else dist.get_global_rank(group, rank)
 
 
+def _record(what: str, nbytes: int) -> None:
+    """Add ``nbytes`` sent as ``what`` to every active :class:`CommLog`."""
+    for log in _LOGS:
+        log.sends.append((what, int(nbytes)))
+
+
 def _exchange(what: str, send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int,
               group, tag: int):
     """Start sending ``send`` to ``dst`` and receiving ``recv`` from ``src``; return the requests.
 
-    The one place bytes leave this rank: each send is recorded in the active :class:`CommLog`.
+    Both are posted as one batch (``torch.distributed.batch_isend_irecv``: one NCCL group, so
+    neither can block the other). Each send is recorded in the active :class:`CommLog`.
     """
-    reqs = []
+    ops = []
     if send is not None:
         send = send.contiguous()
-        for log in _LOGS:
-            log.sends.append((what, send.numel() * send.element_size()))
-        reqs.append(dist.isend(send, _peer(group, dst), group=group, tag=tag))
+        _record(what, send.numel() * send.element_size())
+        ops.append(dist.P2POp(dist.isend, send, _peer(group, dst), group=group, tag=tag))
     if recv is not None:
-        reqs.append(dist.irecv(recv, _peer(group, src), group=group, tag=tag))
-    return reqs
+        ops.append(dist.P2POp(dist.irecv, recv, _peer(group, src), group=group, tag=tag))
+    return dist.batch_isend_irecv(ops) if ops else []
+
+
+def _all_to_all(x: torch.Tensor, scatter_dim: int, scatter_sizes: list[int], gather_dim: int,
+                gather_sizes: list[int], group, what: str) -> torch.Tensor:
+    """All-to-all: piece j of ``x`` along ``scatter_dim`` (``scatter_sizes[j]`` long) goes to rank j;
+    the pieces received from ranks 0, 1, ... (``gather_sizes[i]`` long along ``gather_dim``) are
+    concatenated along ``gather_dim``.
+
+    One ``torch.distributed.all_to_all_single`` on flat buffers, so pieces may differ in size. The
+    bytes recorded are those of the pieces addressed to other ranks: what leaves this rank (its own
+    piece stays, as in NCCL's all-to-all).
+    """
+    r, size = _group(group)
+    pieces = [p.contiguous() for p in x.split(list(scatter_sizes), dim=scatter_dim)]
+    _record(what, sum(p.numel() * p.element_size() for j, p in enumerate(pieces) if j != r))
+    shapes = []
+    for n in gather_sizes:  # the shape of the piece each rank sends here
+        shape = list(pieces[r].shape)
+        shape[gather_dim] = n
+        shapes.append(shape)
+    numels = [int(torch.Size(s).numel()) for s in shapes]
+    out = x.new_empty(sum(numels))
+    dist.all_to_all_single(out, torch.cat([p.reshape(-1) for p in pieces]), output_split_sizes=numels,
+                           input_split_sizes=[p.numel() for p in pieces], group=group)
+    return torch.cat([f.view(s) for f, s in zip(out.split(numels), shapes)], dim=gather_dim)
 
 
 def _wait(reqs) -> None:

@@ -8,6 +8,8 @@ sequence parallelism) and c (context parallelism). SymPy is imported inside the 
 
 from __future__ import annotations
 
+import inspect
+
 from .. import _checks, formulas
 
 
@@ -63,15 +65,13 @@ def tp_weight_exprs() -> dict:
 def cp_ledger_exprs() -> dict:
     """What one rank saves for the backward of :func:`ring_attention` with c ranks (bytes).
 
-    Its shards of q, k, v and the output, N/c tokens each, and one logsumexp per query row and
-    head: no N x N tensor at all. While it runs, a rank also holds the K, V block it is
-    receiving (the size of its own K and V): transient, not saved.
+    :func:`attn_core.formulas.cp_saved` with symbols: its shards of q, k, v and the output, N/c
+    tokens each (k and v with H_kv heads), and one logsumexp per query row and head, kept as an
+    accumulator (float32 for 16-bit values: max(b, 4) bytes). Nothing N x N is saved; what a rank
+    holds at its peak (the score blocks of a step, the K, V block on its way) is transient and is
+    measured, not in this ledger.
     """
-    _, f, _, c = _sym()
-    B, N, H, D, D_v, b = f.B, f.N, f.H, f.D, f.D_v, f.b
-    n = N / c
-    return {"q": B * H * n * D * b, "k": B * H * n * D * b, "v": B * H * n * D_v * b,
-            "out": B * H * n * D_v * b, "logsumexp": B * H * n * b}
+    return formulas.cp_saved()
 
 
 def kv_cache_shard_exprs() -> dict:
@@ -82,19 +82,22 @@ def kv_cache_shard_exprs() -> dict:
 
 
 def comm_exprs(scheme: str) -> dict:
-    """Bytes one rank sends per layer, forward and backward, by collective (ring algorithms).
+    """Bytes one rank sends per layer, forward and backward, by collective.
 
     scheme "TP": two all-reduces of (B, N, d) forward (after W_o and W_2) and two backward
-    (before the Q, K, V and W_1 matmuls), each 2 (t - 1)/t B N d b.
+    (before the Q, K, V and W_1 matmuls), each 2 (t - 1)/t B N d b (ring algorithms).
     "TP+SP": all-gather before and reduce-scatter after each of the two column/row pairs
     forward; backward the reduce-scatter's all-gather, the re-gather of the saved shard and the
     reduce-scatter of the input gradient, each (t - 1)/t B N d b; plus the all-reduce of the
     norms' weight gradients, 2 (t - 1)/t 4 d b.
-    "CP": the K, V shards pass c - 1 times forward, and twice as many blocks backward (K, V and
-    their gradient accumulators), B H (N/c)(D + D_v) b each.
+    "CP" (ring attention, :func:`attn_core.formulas.cp_sent`): the K, V shards (H_kv heads) pass
+    c - 1 times forward and c - 1 times backward, B H_kv (N/c)(D + D_v) b each, and the dK, dV
+    accumulators c - 1 times at max(b, 4) bytes a value.
+    "Ulysses" (all-to-all, :func:`attn_core.formulas.ulysses_sent`): (c - 1)/c of q, k, v and of
+    the output forward, of their gradients backward.
     """
     sp, f, t, c = _sym()
-    B, N, d, H, D, D_v, b = f.B, f.N, f.d, f.H, f.D, f.D_v, f.b
+    B, N, d, b = f.B, f.N, f.d, f.b
     x = B * N * d * b
     if scheme == "TP":
         ar = 2 * (t - 1) * x / t
@@ -106,10 +109,10 @@ def comm_exprs(scheme: str) -> dict:
                 "reduce-scatter (SP, backward)": 2 * one,
                 "all-reduce (norm weights, backward)": 2 * (t - 1) * 4 * d * b / t}
     if scheme == "CP":
-        block = B * H * (N / c) * (D + D_v) * b
-        return {"ring K, V (forward)": (c - 1) * block, "ring K, V (backward)": (c - 1) * block,
-                "ring dK, dV (backward)": (c - 1) * block}
-    raise ValueError(f"scheme must be 'TP', 'TP+SP' or 'CP', got {scheme!r}")
+        return f.cp_sent()
+    if scheme == "Ulysses":
+        return f.ulysses_sent()
+    raise ValueError(f"scheme must be 'TP', 'TP+SP', 'CP' or 'Ulysses', got {scheme!r}")
 
 
 def korthikanti_exprs(tensor_parallel: bool = True, sequence_parallel: bool = True) -> dict:
@@ -157,15 +160,15 @@ def to_paper_letters(expr):
 
 
 def evaluate(exprs: dict, env: dict) -> dict:
-    """Exact values of ledger expressions, ``env`` mapping symbol names (B, N, d, H, F, D, D_v, b, t, c)
-    to integers: ints where integral, Fractions otherwise."""
+    """Exact values of ledger expressions, ``env`` mapping symbol names (B, N, d, H, H_kv, F, D, D_v, b,
+    t, c) to integers: ints where integral, Fractions otherwise."""
     from fractions import Fraction
 
     import sympy as sp
 
     _, f, t, c = _sym()
-    names = {"B": f.B, "N": f.N, "d": f.d, "H": f.H, "F": f.F, "D": f.D, "D_v": f.D_v, "b": f.b,
-             "t": t, "c": c}
+    names = {"B": f.B, "N": f.N, "d": f.d, "H": f.H, "H_kv": f.H_kv, "F": f.F, "D": f.D, "D_v": f.D_v,
+             "b": f.b, "t": t, "c": c}
     subs = {names[k]: sp.Integer(v) for k, v in env.items() if k in names}
     out = {}
     for key, e in exprs.items():
@@ -190,32 +193,44 @@ def tp_ledger(B: int, N: int, d_model: int, H: int, t: int, *, ffn_dim: int | No
     return evaluate(tp_ledger_exprs(sequence_parallel), env)
 
 
-def cp_ledger(B: int, N: int, H: int, D: int, c: int, *, D_v: int | None = None,
+def cp_ledger(B: int, N: int, H: int, D: int, c: int, *, D_v: int | None = None, H_kv: int | None = None,
               bytes_per_value: int = 2) -> dict:
-    """:func:`cp_ledger_exprs` evaluated: bytes each of c ring-attention ranks saves (N divisible by c)."""
+    """:func:`attn_core.formulas.cp_saved` evaluated: bytes each of c ring-attention ranks saves (N
+    divisible by c); H_kv key/value heads (default H)."""
     env = dict(B=_checks.positive_int("B", B), N=_checks.positive_int("N", N), H=_checks.positive_int("H", H),
                D=_checks.positive_int("D", D), c=_checks.positive_int("c", c),
                b=_checks.positive_int("bytes_per_value", bytes_per_value))
     env["D_v"] = env["D"] if D_v is None else _checks.positive_int("D_v", D_v)
+    env["H_kv"] = env["H"] if H_kv is None else _checks.positive_int("H_kv", H_kv)
     _checks.divisible("N", env["N"], "c", env["c"])
-    return evaluate(cp_ledger_exprs(), env)
+    _checks.divisible("H", env["H"], "H_kv", env["H_kv"])
+    return _exact(formulas.cp_saved(**env))
+
+
+def _exact(items: dict) -> dict:
+    """Fractions that are whole as ints."""
+    return {k: int(v) if getattr(v, "denominator", 1) == 1 else v for k, v in items.items()}
 
 
 def comm_bytes(scheme: str, *, B: int, N: int, degree: int, d_model: int | None = None, H: int | None = None,
-               D: int | None = None, D_v: int | None = None, bytes_per_value: int = 2) -> dict:
+               D: int | None = None, D_v: int | None = None, H_kv: int | None = None,
+               bytes_per_value: int = 2) -> dict:
     """:func:`comm_exprs` evaluated: bytes one rank sends per layer, by collective.
 
-    degree is t for "TP" and "TP+SP" (needs d_model), c for "CP" (needs H and D). Exact when the
-    tensors split evenly over the ranks (N divisible by the degree).
+    degree is t for "TP" and "TP+SP" (needs d_model), c for "CP" and "Ulysses" (need H and D; H_kv
+    defaults to H). Exact when the tensors split evenly over the ranks (N divisible by the degree).
     """
     env = dict(B=_checks.positive_int("B", B), N=_checks.positive_int("N", N),
                b=_checks.positive_int("bytes_per_value", bytes_per_value))
     degree = _checks.positive_int("degree", degree)
-    if scheme == "CP":
+    if scheme in ("CP", "Ulysses"):
         env.update(H=_checks.positive_int("H", H), D=_checks.positive_int("D", D), c=degree)
         env["D_v"] = env["D"] if D_v is None else _checks.positive_int("D_v", D_v)
-    else:
-        env.update(d=_checks.positive_int("d_model", d_model), t=degree)
+        env["H_kv"] = env["H"] if H_kv is None else _checks.positive_int("H_kv", H_kv)
+        fn = formulas.cp_sent if scheme == "CP" else formulas.ulysses_sent
+        names = inspect.signature(fn.__wrapped__).parameters
+        return _exact(fn(**{k: env[k] for k in names}))
+    env.update(d=_checks.positive_int("d_model", d_model), t=degree)
     return evaluate(comm_exprs(scheme), env)
 
 
@@ -231,9 +246,11 @@ def per_rank_activations(items: dict, *, t: int = 1, sequence_parallel: bool = F
     :data:`TP_SPLIT_ITEMS` are divided by t; the others (norm inputs, outputs and statistics, the
     residual stream, its dropout masks) by t only with ``sequence_parallel``. Context parallelism
     splits the tokens, so every item is divided by c: a rank's N/c queries keep (N/c) x N of each
-    N x N item, and a ring with a fused kernel (:func:`attn_core.parallel.ring_attention`,
-    ``attention="fused"``) keeps none at all. With ``attention="eager"`` a rank keeps the keys and
-    values of all N tokens (its queries' backward needs them), so K and V are not divided by c.
+    N x N item, and a ring that recomputes the weights from the logsumexp, as fused attention does
+    (:func:`attn_core.parallel.ring_attention`, ``attention="fused"``), saves none (while it runs, each
+    step still builds (N/c) x (N/c) blocks: transient, not saved). With ``attention="eager"`` a rank
+    keeps the keys and values of all N tokens (its queries' backward needs them), so K and V are not
+    divided by c.
     Exact when the degrees divide N, H, H_kv and F (then the values are integers); otherwise
     Fractions. The per-rank ledger of Korthikanti et al. is this rule applied to their
     items (``tests/test_parallel.py`` checks it against :func:`korthikanti_exprs`).

@@ -63,15 +63,43 @@ def unshard_sequence(shards: list[torch.Tensor], layout: str = "contiguous", dim
     return torch.cat(chunks, dim=dim)
 
 
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Where the ring accumulates: float32 for 16-bit inputs, the inputs' own dtype when wider."""
+    return dtype if torch.finfo(dtype).bits >= 32 else torch.float32
+
+
+def _fold(x, g: int):
+    """(..., H_kv g, n, D) -> (..., H_kv, g n, D): the g query heads of one key/value head stacked
+    along the rows (row i of a group is token i mod n), so one K, V block serves all of them."""
+    if g == 1:
+        return x
+    *lead, h, n, dim = x.shape
+    return x.reshape(*lead, h // g, g * n, dim)  # (..., H_kv, g n, D)
+
+
+def _unfold(x, g: int):
+    """The inverse of :func:`_fold`: (..., H_kv, g n, D) -> (..., H_kv g, n, D)."""
+    if g == 1:
+        return x
+    *lead, h, gn, dim = x.shape
+    return x.reshape(*lead, h * g, gn // g, dim)  # (..., H, n, D)
+
+
+def _diag_mask(n_rows: int, m: int, device):
+    """The causal mask of a diagonal block whose rows are g stacked copies of the same m tokens."""
+    mask = causal_mask(m, device)  # (m, m)
+    return mask if n_rows == m else mask.repeat(n_rows // m, 1)  # (g m, m)
+
+
 def _block_forward(q, k, v, scale, diagonal: bool):
     """Attention of one query chunk on one key chunk, with each row's logsumexp.
 
     q: (..., n, D); k: (..., m, D); v: (..., m, D_v) -> out (..., n, D_v), lse (..., n).
-    diagonal: the two chunks are the same tokens, so the causal mask applies (n = m).
+    diagonal: the two chunks are the same tokens, so the causal mask applies (n = g m).
     """
     s = (q @ k.transpose(-2, -1)) * scale  # (..., n, m) scores of this block
     if diagonal:
-        s = s.masked_fill(~causal_mask(s.shape[-1], s.device), float("-inf"))
+        s = s.masked_fill(~_diag_mask(s.shape[-2], s.shape[-1], s.device), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)  # (..., n); every row has >= 1 visible key
     return torch.exp(s - lse[..., None]) @ v, lse
 
@@ -91,7 +119,7 @@ def _block_backward(q, k, v, out, lse, dout, scale, diagonal: bool):
     """
     s = (q @ k.transpose(-2, -1)) * scale  # (..., n, m)
     if diagonal:
-        s = s.masked_fill(~causal_mask(s.shape[-1], s.device), float("-inf"))
+        s = s.masked_fill(~_diag_mask(s.shape[-2], s.shape[-1], s.device), float("-inf"))
     p = torch.exp(s - lse[..., None])  # (..., n, m) this block's share of the weights
     dv = p.transpose(-2, -1) @ dout  # (..., m, D_v)
     dp = dout @ v.transpose(-2, -1)  # (..., n, m)
@@ -100,8 +128,9 @@ def _block_backward(q, k, v, out, lse, dout, scale, diagonal: bool):
     return ds @ k, ds.transpose(-2, -1) @ q, dv
 
 
-def _split_kv(kv, d_k: int, n_chunks: int):
-    """[(k, v) of each chunk] of a block stored as cat([k, v], -1)."""
+def _split_kv(kv, d_k: int, n_chunks: int, dtype):
+    """[(k, v) of each chunk], in ``dtype``, of a block stored as cat([k, v], -1)."""
+    kv = kv.to(dtype)
     ks, vs = kv[..., :d_k], kv[..., d_k:]
     return list(zip(ks.chunk(n_chunks, -2), vs.chunk(n_chunks, -2))) if n_chunks > 1 else [(ks, vs)]
 
@@ -122,11 +151,15 @@ _STATS: dict = {}
 
 
 def ring_attention_stats() -> dict:
-    """What the last :func:`ring_attention` call on this rank did.
+    """What the last :func:`ring_attention` call on this rank did, forward and backward.
 
-    ``scores``: query-key pairs it evaluated in the forward pass (its share of the work);
-    ``compute_s`` and ``wait_s``: seconds spent computing and waiting for the next K, V block
-    after computing (0 when the transfer was hidden behind the compute), per ring step.
+    ``scores``: query-key pairs per head it evaluated in the forward pass (its share of the work);
+    ``compute_s`` and ``wait_s``: per forward step, seconds spent computing and then waiting for
+    the next K, V block (0 when the compute hid the transfer). After a backward pass also
+    ``backward``: per step ``compute_s``, ``wait_kv_s`` (the next K, V block) and ``wait_dkv_s``
+    (the dK, dV accumulator that was sent during this step's compute; None where none arrives),
+    and ``final_wait_s``, the wait for the rank's own accumulator coming home after the last step
+    (no compute left to hide it).
     """
     return dict(_STATS)
 
@@ -136,11 +169,13 @@ class _RingAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, causal, group, layout, lens):
         r, c = _group(group)
         scale = 1.0 / math.sqrt(q.shape[-1])
+        g = q.shape[-3] // k.shape[-3] if q.dim() >= 3 else 1  # query heads per key/value head
+        acc = _acc_dtype(q.dtype)
         n_chunks = len(chunk_ids(0, c, layout))
-        qs = q.chunk(n_chunks, dim=-2) if n_chunks > 1 else (q,)
+        qs = [_fold(x, g).to(acc) for x in (q.chunk(n_chunks, dim=-2) if n_chunks > 1 else (q,))]
         qids = chunk_ids(r, c, layout)
         outs, lses = [None] * n_chunks, [None] * n_chunks
-        kv = torch.cat([k, v], dim=-1)  # (..., n_r, D + D_v): one message per step
+        kv = torch.cat([k, v], dim=-1)  # (..., H_kv, n_r, D + D_v) in the inputs' dtype: one message
         scores, compute_s, wait_s = 0, [], []
         for s in range(c):
             src = (r - s) % c
@@ -149,106 +184,125 @@ class _RingAttention(torch.autograd.Function):
                 nxt = kv.new_empty(*kv.shape[:-2], lens[(src - 1) % c], kv.shape[-1])
                 reqs = _exchange("ring K, V (forward)", kv, (r + 1) % c, nxt, (r - 1) % c, group, tag=s)
             t0 = time.perf_counter()
-            kchunks = _split_kv(kv, k.shape[-1], n_chunks)
+            kchunks = _split_kv(kv, k.shape[-1], n_chunks, acc)
             for i, j, diag in _pairs(qids, chunk_ids(src, c, layout), causal):
                 o_b, l_b = _block_forward(qs[i], *kchunks[j], scale, diag)
-                outs[i], lses[i] = _merge(outs[i], lses[i], o_b, l_b)
-                scores += qs[i].shape[-2] * kchunks[j][0].shape[-2]
+                outs[i], lses[i] = _merge(outs[i], lses[i], o_b, l_b)  # float32 (or wider) accumulators
+                scores += qs[i].shape[-2] // g * kchunks[j][0].shape[-2]
             t1 = time.perf_counter()
             _wait(reqs)
             compute_s.append(t1 - t0)
             wait_s.append(time.perf_counter() - t1)
             if nxt is not None:
                 kv = nxt
-        out, lse = torch.cat(outs, dim=-2), torch.cat(lses, dim=-1)
+        out = torch.cat([_unfold(o, g) for o in outs], dim=-2).to(q.dtype)  # (..., H, n_r, D_v)
+        lse = torch.cat([_unfold(x[..., None], g)[..., 0] for x in lses], dim=-1)  # (..., H, n_r), acc
         _STATS.clear()
         _STATS.update(scores=scores, compute_s=compute_s, wait_s=wait_s)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.meta = (causal, group, layout, lens, scale)
+        ctx.meta = (causal, group, layout, lens, scale, g)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        causal, group, layout, lens, scale = ctx.meta
+        causal, group, layout, lens, scale, g = ctx.meta
         r, c = _group(group)
+        acc = _acc_dtype(q.dtype)
         n_chunks = len(chunk_ids(0, c, layout))
-        split = (lambda x, dim=-2: x.chunk(n_chunks, dim=dim)) if n_chunks > 1 else (lambda x, dim=-2: (x,))
-        qs, outs, douts, lses = split(q), split(out), split(dout.contiguous()), split(lse, -1)
+
+        def split(x, dim=-2):
+            return x.chunk(n_chunks, dim=dim) if n_chunks > 1 else (x,)
+
+        qs, outs, douts = ([_fold(x, g).to(acc) for x in split(t)] for t in (q, out, dout.contiguous()))
+        lses = [_fold(x[..., None], g)[..., 0] for x in split(lse, -1)]
         qids = chunk_ids(r, c, layout)
         dk_dim = k.shape[-1]
         dq = [torch.zeros_like(x) for x in qs]
-        kv = torch.cat([k, v], dim=-1)
-        dkv_own = torch.zeros_like(kv)
-        dkv = None  # the accumulator of the visiting block, created at its first stop after home
+        kv = torch.cat([k, v], dim=-1)  # travels in the inputs' dtype
+        dkv_own, pending = None, None  # pending: (requests, buffer) of the accumulator on its way here
+        steps = []
         for s in range(c):
             src = (r - s) % c
             reqs, nxt = [], None
             if s < c - 1:
                 nxt = kv.new_empty(*kv.shape[:-2], lens[(src - 1) % c], kv.shape[-1])
                 reqs = _exchange("ring K, V (backward)", kv, (r + 1) % c, nxt, (r - 1) % c, group, tag=2 * s)
-            acc = dkv_own if s == 0 else (dkv if dkv is not None else torch.zeros_like(kv))
-            kchunks = _split_kv(kv, dk_dim, n_chunks)
-            dks, dvs = split(acc[..., :dk_dim]), split(acc[..., dk_dim:])
+            t0 = time.perf_counter()
+            blk = kv.new_zeros(kv.shape, dtype=acc)  # this rank's share of dK, dV of the visiting block
+            kchunks = _split_kv(kv, dk_dim, n_chunks, acc)
+            dks, dvs = split(blk[..., :dk_dim]), split(blk[..., dk_dim:])
             for i, j, diag in _pairs(qids, chunk_ids(src, c, layout), causal):
                 dq_b, dk_b, dv_b = _block_backward(qs[i], *kchunks[j], outs[i], lses[i], douts[i], scale,
                                                    diag)
                 dq[i] += dq_b
-                dks[j].add_(dk_b)  # views into acc
+                dks[j].add_(dk_b)  # views into blk
                 dvs[j].add_(dv_b)
+            t1 = time.perf_counter()
+            wait_dkv = None
+            if s == 0:  # the rank's own block: its share stays home
+                dkv_own = blk
+            else:
+                if pending is not None:  # the accumulator of this block, sent while we computed
+                    _wait(pending[0])
+                    blk += pending[1]
+                    wait_dkv = time.perf_counter() - t1
+                # pass it on (after the last step it reaches its home rank); wait only at the next step
+                incoming = kv.new_empty(*kv.shape[:-2], lens[(src - 1) % c], kv.shape[-1], dtype=acc)
+                pending = (_exchange("ring dK, dV (backward)", blk, (r + 1) % c, incoming, (r - 1) % c,
+                                     group, tag=2 * s + 1), incoming)
+            t2 = time.perf_counter()
             _wait(reqs)
-            if s >= 1:  # pass the accumulator on; after the last step it arrives home
-                incoming = None
-                if s < c - 1:
-                    incoming = kv.new_empty(*kv.shape[:-2], lens[(src - 1) % c], kv.shape[-1])
-                else:
-                    incoming = torch.empty_like(dkv_own)
-                _wait(_exchange("ring dK, dV (backward)", acc, (r + 1) % c, incoming, (r - 1) % c,
-                                group, tag=2 * s + 1))
-                dkv = incoming
+            steps.append(dict(compute_s=t1 - t0, wait_dkv_s=wait_dkv, wait_kv_s=time.perf_counter() - t2))
             if nxt is not None:
                 kv = nxt
-        if c > 1:  # the accumulator that left after step 0 is home again, with every rank's share
-            dkv_own += dkv
-        dq = torch.cat(dq, dim=-2)
-        return dq, dkv_own[..., :dk_dim], dkv_own[..., dk_dim:], None, None, None, None
+        t0 = time.perf_counter()
+        if pending is not None:  # this rank's own accumulator, started at the next rank, home with all shares
+            _wait(pending[0])
+            dkv_own += pending[1]
+        _STATS["backward"] = dict(steps=steps, final_wait_s=time.perf_counter() - t0)
+        dq = torch.cat([_unfold(x, g) for x in dq], dim=-2).to(q.dtype)
+        return (dq, dkv_own[..., :dk_dim].to(k.dtype), dkv_own[..., dk_dim:].to(v.dtype),
+                None, None, None, None)
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, group=None,
-                   *, layout: str = "contiguous") -> torch.Tensor:
-    """Ring attention (context parallelism): softmax attention over a sequence split across ranks.
+def _check_heads(q, k, v) -> int:
+    """q (..., H, n, D), k (..., H_kv, n, D), v (..., H_kv, n, D_v): the group size g = H / H_kv.
 
-    Call it on every rank of ``group`` (None = the default process group) of c ranks.
-    q, k: (..., n_r, D); v: (..., n_r, D_v), this rank's shard of the sequence -> (..., n_r, D_v),
-    this rank's shard of softmax(Q K^T / sqrt(D) [causal]) V over the whole sequence.
+    With equal leading dims every head has its own K and V (g = 1, any leading dims); otherwise dim
+    -3 is the head axis, the dims before it must agree and H must be a multiple of H_kv (GQA).
+    """
+    n, d_k, d_v = _checks.qkv(q, k, v)
+    if k.shape[:-2] != v.shape[:-2]:
+        raise ValueError(f"k and v must have the same leading dims, got k {tuple(k.shape)} and "
+                         f"v {tuple(v.shape)}")
+    if q.shape[:-2] == k.shape[:-2]:
+        return 1
+    if q.dim() < 3 or k.dim() != q.dim() or q.shape[:-3] != k.shape[:-3] or q.shape[-3] % k.shape[-3]:
+        raise ValueError(f"q, k: the query heads H (dim -3 of q) must be a multiple of the key/value heads "
+                         f"H_kv (dim -3 of k), with the same dims before them, got q {tuple(q.shape)} and "
+                         f"k {tuple(k.shape)}")
+    return q.shape[-3] // k.shape[-3]
 
-    layout "contiguous": rank r holds tokens offset_r .. offset_r + n_r - 1, in rank order; the
-    shard lengths may differ (N need not be divisible by c; :func:`shard_sequence` splits as
-    torch.tensor_split does). layout "zigzag": the sequence is cut into 2c equal chunks and rank r
-    holds chunks r and 2c - 1 - r (:func:`chunk_ids`); every shard has the same even length.
 
-    Forward: c - 1 steps pass the K, V shards around the ring, each send started before the
-    rank computes with the block it holds; the partial outputs are merged with their logsumexp.
-    Backward (custom autograd): K, V travel the ring again (c - 1 sends, overlapping compute) and
-    the dK, dV accumulator of each block follows them (c - 1 sends, the last one bringing it home;
-    each is sent after the step's compute, not overlapped with it). Weights are recomputed from
-    the saved logsumexp: no rank stores an N x N tensor.
-    Computes in the inputs' dtype (use float32 or float64: the logsumexp is kept in it too).
-    With gloo the tensors are on the CPU; the sends are torch.distributed.isend/irecv, which NCCL
-    also provides for GPU tensors (not run in this book).
-    Bad input on any rank raises the same ValueError on every rank.
+def _shard_metas(q, k, v, causal, group, check=None, **extra) -> list[dict]:
+    """Every rank's description of its shard, checked alike on every rank.
+
+    Bad input on any rank (or shards that do not fit together) raises the same ValueError on every
+    rank. ``check``: a function run first that may raise ValueError; ``extra``: other arguments that
+    must be equal on every rank (checked by name).
     """
     r, c = _group(group)
     err = None
     try:
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {list(LAYOUTS)}, got {layout!r}")
+        if check is not None:
+            check()
         if not isinstance(causal, bool):
             raise ValueError(f"causal must be True or False, got {causal!r}")
-        n, d_k, d_v = _checks.qkv(q, k, v)
+        g = _check_heads(q, k, v)
         meta = dict(lead=tuple(q.shape[:-2]), kv_lead=(tuple(k.shape[:-2]), tuple(v.shape[:-2])),
-                    n=n, d_k=d_k, d_v=d_v, dtype=str(q.dtype), kv_dtype=(str(k.dtype), str(v.dtype)),
-                    causal=causal, layout=layout)
+                    n=q.shape[-2], d_k=q.shape[-1], d_v=v.shape[-1], dtype=str(q.dtype), g=g,
+                    kv_dtype=(str(k.dtype), str(v.dtype)), causal=causal, **extra)
     except ValueError as e:
         err, meta = f"rank {r}: {e}", None
     metas = _gather_meta(dict(err=err, meta=meta), group)
@@ -258,11 +312,11 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     ms = [m["meta"] for m in metas]
     first = ms[0]
     for rank, m in enumerate(ms):
-        for key, arg in (("layout", "layout"), ("causal", "causal")):
+        for key in ("causal", *extra):
             if m[key] != first[key]:
-                raise ValueError(f"{arg} must be the same on every rank, got {first[key]!r} on rank 0 "
+                raise ValueError(f"{key} must be the same on every rank, got {first[key]!r} on rank 0 "
                                  f"and {m[key]!r} on rank {rank}")
-        if m["lead"] != first["lead"] or m["kv_lead"] != first["kv_lead"] or m["kv_lead"] != (m["lead"],) * 2:
+        if m["lead"] != first["lead"] or m["kv_lead"] != first["kv_lead"]:
             raise ValueError(f"q, k, v: mismatched shards: leading dims must be equal on every rank, got "
                              f"{[x['lead'] for x in ms]} (q) and {[x['kv_lead'] for x in ms]} (k, v)")
         if (m["d_k"], m["d_v"]) != (first["d_k"], first["d_v"]):
@@ -271,6 +325,44 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         if (m["dtype"], *m["kv_dtype"]) != (first["dtype"],) * 3:
             raise ValueError(f"q, k, v: mismatched shards: dtypes must be equal on every rank, got "
                              f"{[(x['dtype'], *x['kv_dtype']) for x in ms]}")
+    return ms
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, group=None,
+                   *, layout: str = "contiguous") -> torch.Tensor:
+    """Ring attention (context parallelism): softmax attention over a sequence split across ranks.
+
+    Call it on every rank of ``group`` (None = the default process group) of c ranks.
+    q: (..., H, n_r, D); k: (..., H_kv, n_r, D); v: (..., H_kv, n_r, D_v), this rank's shard of the
+    sequence -> (..., H, n_r, D_v), this rank's shard of softmax(Q K^T / sqrt(D) [causal]) V over
+    the whole sequence. H_kv = H (or any leading dims equal in q, k, v) is multi-head attention;
+    H a multiple of H_kv is grouped-query attention: query head h uses key/value head h // (H/H_kv),
+    and only the H_kv heads travel.
+
+    layout "contiguous": rank r holds tokens offset_r .. offset_r + n_r - 1, in rank order; the
+    shard lengths may differ (N need not be divisible by c; :func:`shard_sequence` splits as
+    torch.tensor_split does). layout "zigzag": the sequence is cut into 2c equal chunks and rank r
+    holds chunks r and 2c - 1 - r (:func:`chunk_ids`); every shard has the same even length.
+
+    Forward: c - 1 steps pass the K, V shards around the ring, each send and receive posted
+    together (``torch.distributed.batch_isend_irecv``) before the rank computes with the block it
+    holds; the partial outputs are merged with their logsumexp. Backward (custom autograd): K, V
+    travel the ring again, and behind them the dK, dV accumulator of each block: a rank adds its
+    share of the block it holds, posts the accumulator to the next rank, and waits for the
+    incoming one only after computing its next block (c - 2 of the c - 1 accumulator transfers
+    overlap a step's compute; the last one brings each rank its own accumulator home, with no
+    compute left to hide it; the price is one more accumulator-sized buffer in flight). The
+    weights are recomputed from the saved logsumexp, so nothing N x N is saved for backward; each
+    step still builds (n_r x n_r) score and weight blocks, the transient peak a fused per-block
+    kernel would avoid.
+    Precision: K, V travel in the inputs' dtype; the output and logsumexp accumulators, the saved
+    logsumexp and the dK, dV accumulators (which travel too) are float32 for 16-bit inputs and the
+    inputs' dtype otherwise (as ring-flash-attention keeps them); blocks are computed in that dtype.
+    With gloo the tensors are on the CPU; the same calls serve NCCL and GPU tensors (not run in
+    this book). Bad input on any rank raises the same ValueError on every rank.
+    """
+    r, c = _group(group)
+    ms = _shard_metas(q, k, v, causal, group, check=lambda: chunk_ids(0, 1, layout), layout=layout)
     lens = [m["n"] for m in ms]
     if layout == "zigzag" and (len(set(lens)) > 1 or lens[0] % 2):
         raise ValueError(f"q: the zigzag layout needs N divisible by 2 x {c} = {2 * c} (equal shards of "
