@@ -21,6 +21,7 @@ import pathlib
 from dataclasses import dataclass, replace
 
 from . import _checks, formulas
+from .symbols import MODEL_MENUS, MODEL_SYMBOLS, SWITCHES
 
 __all__ = ["ModelConfig", "MODELS", "CONFIG_FILES", "HF_FAMILIES_FILE", "hf_config"]
 
@@ -213,22 +214,19 @@ class ModelConfig:
         """Matrices of one FFN of hidden width ``width``: 2 (mlp) or 3 (gated) of d x width."""
         return {"mlp": 2, "swiglu": 3}[self.ffn] * self.d_model * width
 
-    def _ffn_all(self, width: int) -> int:
-        """One FFN of width ``width`` with its biases (mlp: width + d; gated: 2 width + d)."""
-        if not width:
-            return 0
-        if not (self.bias or self.ffn_bias):
-            return self._ffn_weights(width)
-        return self._ffn_weights(width) + {"mlp": 1, "swiglu": 2}[self.ffn] * width + self.d_model
-
-    def _attention_biases(self) -> int:
-        """Biases of one layer's attention: on Q, K, V (MLA: on its two down projections) and on O."""
-        d, H, H_kv, D = self.d_model, self.num_heads, self.num_kv_heads, self.d_head
-        if self.is_mla:
-            qkv = (self.q_lora_rank or 0) + self.kv_lora_rank + self.rope_dim
-        else:
-            qkv = H * D + H_kv * D + H_kv * (self.d_v or D)
-        return (qkv if (self.bias or self.qkv_bias) else 0) + (d if (self.bias or self.out_bias) else 0)
+    def symbol_values(self) -> dict:
+        """The model's values of the symbols of :mod:`attn_core.formulas` that a whole model sets
+        (:data:`attn_core.symbols.MODEL_SYMBOLS`, :data:`~attn_core.symbols.MODEL_MENUS`): d, H, H_kv,
+        D, D_v, L, F, the vocabulary, MLA's ranks, norms, biases, experts, m_ffn and n_rms. The page
+        applies the same table to a config.json it reads (static/hf_config.js)."""
+        out = {}
+        for sym, fields in MODEL_SYMBOLS.items():
+            values = [getattr(self, f) for f in ([fields] if isinstance(fields, str) else fields)]
+            value = next((v for v in values if v), 0)  # the first field that is set; null and false are 0
+            out[sym] = int(value)
+        for field, menu in MODEL_MENUS.items():
+            out.update(SWITCHES[menu][getattr(self, field)])
+        return out
 
     def num_params(self) -> int:
         """The exact parameter count of the architecture, as ``transformers`` builds it.
@@ -242,27 +240,15 @@ class ModelConfig:
         FFN of ``shared_experts`` x expert_dim, and a router of num_experts x d) replaces the
         FFN in all but the first ``dense_layers`` layers, whose FFN is ``dense_ffn_dim`` wide
         (0: ffn_dim). DeepSeek-V3's multi-token-prediction modules (``mtp_layers``) are not
-        counted: ``transformers`` does not build them into the model.
+        counted: ``transformers`` does not build them into the model. The formula is
+        :func:`attn_core.formulas.model_params`, which the "does it fit" widget's page evaluates too.
         """
-        d, L = self.d_model, self.num_layers
-        norm = self._norm_params()
-        attn = self.attention_params() + self._attention_biases()
-        if self.is_mla:  # RMSNorms on the query and key/value latents
-            attn += (self.q_lora_rank or 0) + self.kv_lora_rank
-        dense = self._ffn_all(self.dense_ffn_dim or self.ffn_dim)
-        moe = (self.num_experts * self._ffn_weights(self.expert_dim)
-               + self._ffn_all(self.shared_experts * self.expert_dim) + self.num_experts * d)
-        L_dense = min(self.dense_layers, L) if self.num_experts else L
-        layers = L * (attn + self.norms_per_layer * norm) + L_dense * dense + (L - L_dense) * moe
-        embed = (self.vocab_size + self.positions) * d
-        head = 0 if self.tie_embeddings else self.vocab_size * d
-        return embed + layers + norm + head
+        return formulas.model_params(**self.symbol_values())["P_w"]
 
     def io_params(self) -> int:
         """Parameters outside the blocks: token embeddings, learned positions, the output head
         (unless tied) and the final norm (:meth:`num_params` less the layers)."""
-        head = 0 if self.tie_embeddings else self.vocab_size * self.d_model
-        return (self.vocab_size + self.positions) * self.d_model + head + self._norm_params()
+        return formulas.model_params(**self.symbol_values())["P_io"]
 
     def _norm_params(self) -> int:
         """Parameters of one norm over d: RMSNorm a scale, LayerNorm a scale and a bias."""
@@ -437,8 +423,9 @@ MODELS: dict[str, ModelConfig] = {
     # not a published model: no config.json (the memory ledger's example of chapter 5)
     "3.6B worked example (d=3072, H=24)": ModelConfig(
         "3.6B worked example (d=3072, H=24)", 32, 3072, 24, 24, 128, 12288, ffn="mlp", norm="layernorm",
-        source="the worked example of the memory ledger (chapter 5): a GPT-style "
-               "model with d = 3072, H = 24, L = 32 and a 4d MLP"),
+        source="the worked example of the memory ledger (chapter 5): a simplified ~3.6B transformer "
+               "(d = 3072, H = 24, L = 32, a 4d MLP) trained on 1024 x 1024 image-to-video, one frame's "
+               "latent of 64 x 64 patches (N = 4096); a teaching construction, not a published model"),
 }
 
 
