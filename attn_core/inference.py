@@ -143,13 +143,9 @@ def measure_bandwidth(nbytes: int = 1 << 28, repeats: int = 5) -> float:
     return 2 * src.nbytes / seconds
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                     scale: float | None = None) -> torch.Tensor:
-    """One decode step of attention: the new token's queries against the cached keys and values.
-
-    q: (..., H, D); k_cache: (..., H_kv, N, D); v_cache: (..., H_kv, N, D_v) -> (..., H, D_v).
-    The G = H / H_kv query heads of a group share one K/V head: each cached byte is read once.
-    """
+def _decode_shapes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, ...]:
+    """(H, D, H_kv, N) of one decode step's query and cache, checked: q (..., H, D),
+    k_cache (..., H_kv, N, D), v_cache (..., H_kv, N, D_v), H a multiple of H_kv."""
     _checks.tensor("q", q, min_dim=2)
     _checks.tensor("k_cache", k_cache, min_dim=3)
     _checks.tensor("v_cache", v_cache, min_dim=3)
@@ -163,6 +159,17 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if h % h_kv:
         raise ValueError(f"the query heads of q ({h}) must be a multiple of the K/V heads of "
                          f"k_cache ({h_kv})")
+    return h, dh, h_kv, n
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                     scale: float | None = None) -> torch.Tensor:
+    """One decode step of attention: the new token's queries against the cached keys and values.
+
+    q: (..., H, D); k_cache: (..., H_kv, N, D); v_cache: (..., H_kv, N, D_v) -> (..., H, D_v).
+    The G = H / H_kv query heads of a group share one K/V head: each cached byte is read once.
+    """
+    h, dh, h_kv, n = _decode_shapes(q, k_cache, v_cache)
     scale = 1.0 / math.sqrt(dh) if scale is None else scale
     qg = q.reshape(*q.shape[:-2], h_kv, h // h_kv, dh)  # "... (H_kv G) D -> ... H_kv G D"
     s = torch.matmul(qg, k_cache.transpose(-1, -2)) * scale  # (..., H_kv, G, N)
@@ -302,20 +309,8 @@ def split_kv_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     l = logsumexp_s l_s, the online softmax applied across the chunks. Computed in at least
     float32, returned in q's dtype.
     """
-    _checks.tensor("q", q, min_dim=2)
-    _checks.tensor("k_cache", k_cache, min_dim=3)
-    _checks.tensor("v_cache", v_cache, min_dim=3)
+    h, dh, h_kv, n = _decode_shapes(q, k_cache, v_cache)
     num_splits = _checks.positive_int("num_splits", num_splits)
-    h, dh = q.shape[-2:]
-    h_kv, n = k_cache.shape[-3:-1]
-    if k_cache.shape[-1] != dh or k_cache.shape[:-3] != q.shape[:-2]:
-        raise ValueError(f"k_cache (..., H_kv, N, D) does not match q (..., H, D): {tuple(k_cache.shape)} "
-                         f"against {tuple(q.shape)}")
-    if v_cache.shape[:-1] != k_cache.shape[:-1]:
-        raise ValueError(f"v_cache must be (..., H_kv, N, D_v) like k_cache, got {tuple(v_cache.shape)}")
-    if h % h_kv:
-        raise ValueError(f"the query heads of q ({h}) must be a multiple of the K/V heads of "
-                         f"k_cache ({h_kv})")
     scale = 1.0 / math.sqrt(dh) if scale is None else scale
     stat = torch.promote_types(q.dtype, torch.float32)
     qg = q.to(stat).reshape(*q.shape[:-2], h_kv, h // h_kv, dh)  # "... (H_kv G) D -> ... H_kv G D"
