@@ -75,6 +75,10 @@ def quote(**values) -> None:
 
 
 # ------------------------------------------------------------------------------------ tables
+#: the space around every cell of a table, so that numbers in neighbouring columns never touch
+_CELL_PADDING = "padding:0.2em 0.8em"
+
+
 class Table:
     """Rows under a header, shown as an HTML table or as aligned text (``repr``)."""
 
@@ -89,9 +93,12 @@ class Table:
         self.caption = caption
 
     def _repr_html_(self) -> str:
+        # the padding is inline so that neighbouring columns stay apart where the book's stylesheet
+        # does not reach (JupyterLab, Colab); book/_static/course.css sets the same padding
         def row(cells, tag):
             return "<tr>" + "".join(
-                f'<{tag} style="text-align:{"left" if a == "l" else "right"}">{html.escape(c)}</{tag}>'
+                f'<{tag} style="text-align:{"left" if a == "l" else "right"};{_CELL_PADDING}">'
+                f"{html.escape(c)}</{tag}>"
                 for c, a in zip(cells, self.align)) + "</tr>"
 
         cap = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
@@ -131,7 +138,7 @@ COLORS: dict[str, str] = {
     "S": "#d1495b", "P": "#edae49", "dropout": "#f4a259", "P_drop": "#b5838d", "mask": "#6d597a",
     "eager": "#d1495b", "fused": "#2e86ab", "kv": "#6a4c93", "state": "#3a7d44", "attn": "#f4a259",
     "now": "#111111", "mark": "#6c757d", "weights": "#1b4965", "gradients": "#5fa8d3", "optimizer": "#edae49",
-    "activations": "#d1495b", "memory": "#adb5bd",
+    "activations": "#d1495b", "memory": "#adb5bd", "logits": "#8e6c8a", "buffers": "#7d8f69",
 }
 
 
