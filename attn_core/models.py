@@ -27,6 +27,10 @@ __all__ = ["ModelConfig", "MODELS", "CONFIG_FILES", "HF_FAMILIES_FILE", "hf_conf
 
 _HERE = pathlib.Path(__file__).parent
 HF_FAMILIES_FILE = _HERE / "static" / "hf_families.json"
+#: the fields a config.json must give as positive integers (the page's reader checks the same ones),
+#: and those a mixture of experts must give too
+REQUIRED_FIELDS = ("num_layers", "d_model", "num_heads", "num_kv_heads", "d_head", "ffn_dim", "vocab_size")
+EXPERT_FIELDS = ("experts_per_token", "expert_dim")
 
 
 @dataclass(frozen=True)
@@ -140,11 +144,8 @@ class ModelConfig:
             known = ", ".join(sorted(families))
             raise ValueError(f"unknown model_type {model_type!r}: from_hf_config reads {known}")
         values = _RuleReader(model_type, _family_rules(families, model_type), cfg).values()
-        for f in ("num_layers", "d_model", "num_heads", "num_kv_heads", "d_head", "ffn_dim", "vocab_size"):
+        for f in REQUIRED_FIELDS + (EXPERT_FIELDS if values.get("num_experts") else ()):
             _checks.positive_int(f"{model_type} config: {f}", values[f])
-        if values.get("num_experts"):
-            for f in ("experts_per_token", "expert_dim"):
-                _checks.positive_int(f"{model_type} config: {f}", values[f])
         name = name or cfg.get("_name_or_path") or model_type
         return cls(name=name, source=source, model_type=model_type, **values)
 

@@ -49,7 +49,6 @@ SYMBOLS: dict[str, str] = {
     "z_1": "1 if ZeRO shards the optimizer state (switch: zero; stage >= 1)",
     "z_2": "1 if ZeRO shards the gradients (switch: zero; stage >= 2)",
     "z_3": "1 if ZeRO shards the weights (switch: zero; stage 3)",
-    "M_gib": "accelerator memory, GiB (2^30 bytes)",
     # one training step on an accelerator (attn_core.formulas.step, training.training_memory)
     "N_k": "keys each query attends to, where it differs from N (context parallelism: all N)",
     "n_vocab": "vocabulary size: logits per token",
@@ -81,6 +80,9 @@ SYMBOLS: dict[str, str] = {
     "o_bwd": "1 if the optimizer steps inside the backward, one parameter at a time (switch: "
              "optimizer_in_backward)",
     "l_loss": "bytes per logit at the loss (switch: loss)",
+    "q_in": "QLoRA: 1 if every quantized projection keeps its input for backward (bitsandbytes), 0 if "
+            "none does (torchao's NF4) (switch: finetune)",
+    "k_ldrop": "LoRA: 1 with dropout on the adapters' inputs, PEFT's lora_dropout > 0 (switch: lora_dropout)",
     "pp": "pipeline stages (1F1B)",
     # several devices (the chapter "beyond one device")
     "t": "tensor-parallel degree: ranks that split each layer's heads and FFN columns",
@@ -91,6 +93,31 @@ SYMBOLS: dict[str, str] = {
     "alpha": "latency of one message over a link, seconds (the time model's fixed cost)",
     "beta_l": "bandwidth of a link in one direction, bytes per second",
     "pi": "compute rate, FLOP/s (a roofline's peak, or what a kernel achieves)",
+    # a whole model from its config (attn_core.formulas.model; ModelConfig.symbol_values, MODEL_SYMBOLS)
+    "R_kv": "MLA: rank of the key/value latent, kv_lora_rank (0 without MLA; the cached R = R_kv + D_r)",
+    "n_norm": "norms per block (2; Gemma 2: 4)",
+    "k_tie": "1 if the output head is the token embedding matrix (tied), else 0",
+    "n_pos": "learned position embeddings (GPT-2: 1024; 0 = none)",
+    "k_bias": "1 if every matrix has a bias (GPT-2)",
+    "k_qkv_b": "1 if the Q, K, V projections (MLA: its down projections) have biases",
+    "k_out_b": "1 if the attention's output projection has a bias",
+    "k_ffn_b": "1 if the FFN's matrices have biases",
+    "n_exp": "routed experts of a mixture of experts (0: a dense FFN)",
+    "n_shared": "shared experts of a mixture of experts, always on",
+    "F_e": "hidden width of one expert",
+    "L_dense": "mixture of experts: the first L_dense blocks keep a dense FFN",
+    "F_dense": "hidden width of those blocks' dense FFN",
+    # the "does it fit" widget: LoRA's targets, QLoRA's quantized matrices, the accelerator's memory
+    "l_q": "LoRA: 1 if the query projection is adapted (switch: lora_modules)",
+    "l_k": "LoRA: 1 if the key projection is adapted",
+    "l_v": "LoRA: 1 if the value projection is adapted",
+    "l_o": "LoRA: 1 if the output projection is adapted",
+    "l_gate": "LoRA: 1 if the FFN's gate projection is adapted (a gated FFN's)",
+    "l_up": "LoRA: 1 if the FFN's up projection is adapted",
+    "l_down": "LoRA: 1 if the FFN's down projection is adapted",
+    "q_all": "QLoRA: 1 if every block matrix is quantized, 0 only the adapted projections (switch: quantize)",
+    "M_mem": "accelerator memory, in units of u_mem bytes",
+    "u_mem": "bytes per unit of memory (switch: mem_unit; GB 10^9, GiB 2^30)",
 }
 
 _POS_INT = {"positive": True, "integer": True}
@@ -100,13 +127,19 @@ ASSUMPTIONS: dict[str, dict] = {
     **dict.fromkeys(("B", "N", "d", "H", "H_kv", "D", "L", "F", "D_v", "D_k", "t", "c"), _POS_INT),
     **dict.fromkeys(("D_r", "R", "Q_r", "W", "P_rep"), _NONNEG_INT),
     **dict.fromkeys(("P_w", "N_d"), _POS_INT),
-    **dict.fromkeys(("b", "m_ffn", "c_causal", "w_b", "g_b", "M_gib"), {"positive": True}),
+    **dict.fromkeys(("b", "m_ffn", "c_causal", "w_b", "g_b"), {"positive": True}),
     **dict.fromkeys(("N_k", "n_vocab", "pp"), _POS_INT),
     **dict.fromkeys(("beta_l", "pi"), {"positive": True}),
     "alpha": {"nonnegative": True},
+    **dict.fromkeys(("R_kv", "n_norm", "n_pos", "n_exp", "n_shared", "F_e", "L_dense", "F_dense"),
+                    _NONNEG_INT),
+    **dict.fromkeys(("k_tie", "k_bias", "k_qkv_b", "k_out_b", "k_ffn_b", "l_q", "l_k", "l_v", "l_o", "l_gate",
+                     "l_up", "l_down", "q_all"), _NONNEG_INT),
+    **dict.fromkeys(("M_mem", "u_mem"), {"positive": True}),
     **dict.fromkeys(("P_io", "P_layer", "P_lin", "P_lora", "n_lora", "r_lora"), _NONNEG_INT),
     **dict.fromkeys(("n_py", "kr", "sl", "u_cpu", "r_op", "r_off", "f_lora", "f_quant", "q_w", "a_qkv",
-                     "a_o", "a_up", "a_down", "m_b", "u_q", "m_q", "f_temp", "o_bwd", "l_loss"),
+                     "a_o", "a_up", "a_down", "m_b", "u_q", "m_q", "f_temp", "o_bwd", "l_loss", "q_in",
+                     "k_ldrop"),
                     {"nonnegative": True}),
     **dict.fromkeys(("k_drop", "a_saved", "u_mask", "c_mask", "w_ffn", "n_rms", "g_swiglu", "e_fused",
                      "r_sel", "r_full", "z_1", "z_2", "z_3", "o_master", "n_opt", "s_sp"),
@@ -153,15 +186,62 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
                 "eager_repeat_kv": {"n_py": 1, "kr": 1, "sl": 1}},
     "device": {"cuda": {"u_cpu": 0, "u_mask": 1}, "cpu": {"u_cpu": 1, "u_mask": 0}},
     "offload": {"false": {"r_off": 0}, "true": {"r_off": 1}},
-    # bytes per logit at the loss: float32 logits kept by the caller (Hugging Face) or deleted
-    # (torchtitan), chunked (torchtune's CEWithChunkedOutputLoss), chunked and compiled, fused (no logits)
-    "loss": {"fp32_kept": {"l_loss": 14}, "fp32": {"l_loss": 12}, "chunked": {"l_loss": 6},
-             "chunked_compiled": {"l_loss": 4}, "fused": {"l_loss": 0}},
-    # QLoRA's NF4: 4 bits a weight, an 8-bit scale per 64, a float32 scale per 256 x 64 (double quantized)
-    "finetune": {"full": {"f_lora": 0, "f_quant": 0, "q_w": 0}, "lora": {"f_lora": 1, "f_quant": 0, "q_w": 0},
+    # bytes per logit at the loss: the largest total over the loss's forward and backward, as the CPU
+    # allocator measures them (tests/test_step.py::test_loss_options_are_measured; autograd frees the same
+    # tensors on a GPU). fp32: float32 logits deleted before backward (torchtitan 2024's train.py ``del
+    # pred``, torchtune's ``del logits``): the log-softmax's output and the two gradients of its backward,
+    # 4 bytes each; fp32_kept: the bf16 logits kept by the caller too (Hugging Face's loss functions);
+    # chunked: torchtune's CEWithChunkedOutputLoss in 8 chunks (bf16 chunks, float32 log-softmax outputs,
+    # one chunk's float32 copy); chunked_compiled: the same with its upcast and cross-entropy compiled
+    # (the bf16 chunks, and one chunk's gradient before its logits are freed);
+    # fused: no logits. Added, measured the same way: fp32_shifted, Hugging Face's LlamaForCausalLM of
+    # early 2024 (transformers 4.38: ``logits = logits.float()`` kept by the output and
+    # ``logits[..., :-1, :].contiguous()`` for the loss); fp32_parallel, PyTorch's loss_parallel (its
+    # log-softmax and backward in DTensor ops, torch/distributed/tensor/parallel/loss.py); compiled, bf16
+    # logits into a compiled upcast and cross-entropy (torchtitan since 2025, components/loss.py);
+    # bf16_chunked, LitGPT's cross-entropy of 128-token bf16 chunks, no upcast, the logits kept by the
+    # caller (lit_gpt/utils.py chunked_cross_entropy)
+    "loss": {"fp32_kept": {"l_loss": 14}, "fp32": {"l_loss": 12}, "chunked": {"l_loss": Fraction(13, 2)},
+             "chunked_compiled": {"l_loss": Fraction(9, 4)}, "fused": {"l_loss": 0},
+             "fp32_shifted": {"l_loss": 16}, "fp32_parallel": {"l_loss": 16}, "compiled": {"l_loss": 4},
+             "bf16_chunked": {"l_loss": Fraction(9, 2)}},
+    # QLoRA's NF4: 4 bits a weight, an 8-bit scale per 64, a float32 scale per 256 x 64 (double quantized).
+    # qlora: torchao's NF4Tensor (torchtune), whose LinearNF4 keeps only the weight for backward
+    # (torchao/dtypes/nf4tensor.py); qlora_bnb: bitsandbytes' Linear4bit (double-quantized scales, its
+    # default compress_statistics=True), whose MatMul4Bit keeps its input A whenever A needs a gradient
+    # (bitsandbytes/autograd/_functions.py: ``if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)``);
+    # qlora_bnb_nf4: the same with a float32 scale per 64 weights ("nf4" without "-dq")
+    "finetune": {"full": {"f_lora": 0, "f_quant": 0, "q_w": 0, "q_in": 0},
+                 "lora": {"f_lora": 1, "f_quant": 0, "q_w": 0, "q_in": 0},
                  "qlora": {"f_lora": 1, "f_quant": 1,
-                           "q_w": Fraction(1, 2) + Fraction(1, 64) + Fraction(4, 64 * 256)}},
+                           "q_w": Fraction(1, 2) + Fraction(1, 64) + Fraction(4, 64 * 256), "q_in": 0},
+                 "qlora_bnb": {"f_lora": 1, "f_quant": 1,
+                               "q_w": Fraction(1, 2) + Fraction(1, 64) + Fraction(4, 64 * 256), "q_in": 1},
+                 "qlora_bnb_nf4": {"f_lora": 1, "f_quant": 1, "q_w": Fraction(1, 2) + Fraction(4, 64),
+                                   "q_in": 1}},
     "sequence_parallel": {"true": {"s_sp": 1}, "false": {"s_sp": 0}},
+    # LoRA's dropout on the adapters' inputs (PEFT's and LitGPT's lora_dropout > 0; torchtune's configs: 0)
+    "lora_dropout": {"false": {"k_ldrop": 0}, "true": {"k_ldrop": 1}},
     "zero": {"0": {"z_1": 0, "z_2": 0, "z_3": 0}, "1": {"z_1": 1, "z_2": 0, "z_3": 0},
              "2": {"z_1": 1, "z_2": 1, "z_3": 0}, "3": {"z_1": 1, "z_2": 1, "z_3": 1}},
+    # QLoRA: quantize the adapted projections' matrices (torchtune) or every block matrix (bitsandbytes'
+    # Linear4bit replacing every linear layer)
+    "quantize": {"adapted": {"q_all": 0}, "all": {"q_all": 1}},
+    # an accelerator's memory as its maker writes it (GB, 10^9 bytes: an 80 GB card is 74.5 GiB) or in GiB
+    "mem_unit": {"GB": {"u_mem": 10**9}, "GiB": {"u_mem": 2**30}},
 }
+
+#: symbol -> the :class:`attn_core.models.ModelConfig` field it is read from (a list: the first of
+#: these fields that is set), for the formulas of a whole model (:func:`attn_core.formulas.model_params`,
+#: :func:`attn_core.formulas.step_model`). A field's value counts as a number: null and false are 0,
+#: true is 1. ``ModelConfig.symbol_values()`` and the page (static/hf_config.js) apply this table.
+MODEL_SYMBOLS: dict[str, str | list[str]] = {
+    "L": "num_layers", "d": "d_model", "H": "num_heads", "H_kv": "num_kv_heads", "D": "d_head",
+    "D_v": ["d_v", "d_head"], "D_r": "rope_dim", "R_kv": "kv_lora_rank", "Q_r": "q_lora_rank",
+    "F": "ffn_dim", "n_vocab": "vocab_size", "k_tie": "tie_embeddings", "n_pos": "positions",
+    "n_norm": "norms_per_layer", "k_bias": "bias", "k_qkv_b": "qkv_bias", "k_out_b": "out_bias",
+    "k_ffn_b": "ffn_bias", "n_exp": "num_experts", "n_shared": "shared_experts", "F_e": "expert_dim",
+    "L_dense": "dense_layers", "F_dense": ["dense_ffn_dim", "ffn_dim"],
+}
+#: ModelConfig field -> the menu of SWITCHES its value picks an option of ("swiglu" -> m_ffn = 3)
+MODEL_MENUS: dict[str, str] = {"ffn": "ffn", "norm": "norm"}

@@ -112,6 +112,7 @@ TRAINING_OPTIONS: dict[str, tuple[str, object]] = {
     "loss": ("loss", "fp32"),
     "finetune": ("finetune", "full"),
     "sequence_parallel": ("sequence_parallel", False),
+    "lora_dropout": ("lora_dropout", False),
     "dropout": ("dropout", False),
     "device": ("device", "cuda"),
 }
@@ -124,14 +125,6 @@ def _switch(option: str, value) -> dict:
         shown = [k if k not in ("true", "false") else k == "true" for k in menu]
         raise ValueError(f"{option} must be one of {shown}, got {value!r}")
     return dict(menu[key])
-
-
-def _module_shapes(m: ModelConfig) -> dict[str, tuple[int, int]]:
-    """(in, out) features of each LoRA target projection of one block."""
-    d, H, H_kv, D = m.d_model, m.num_heads, m.num_kv_heads, m.d_head
-    D_v = m.d_v or D
-    return {"q": (d, H * D), "k": (d, H_kv * D), "v": (d, H_kv * D_v), "o": (H * D_v, d),
-            "gate": (d, m.ffn_dim), "up": (d, m.ffn_dim), "down": (m.ffn_dim, d)}
 
 
 def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp: int = 1, tp: int = 1,
@@ -157,7 +150,9 @@ def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp
     of B sequences). Fine-tuning: ``finetune`` "full", "lora" (rank ``lora_rank`` on
     ``lora_modules``, a subset of :data:`LORA_MODULES`) or "qlora" (as LoRA on a base whose block
     matrices are NF4: those of the adapted projections, ``quantize="adapted"``, as torchtune
-    quantizes, or all, ``"all"``, as bitsandbytes' ``Linear4bit`` replacing every linear does).
+    quantizes, or all, ``"all"``, as bitsandbytes' ``Linear4bit`` replacing every linear does);
+    "qlora_bnb" and "qlora_bnb_nf4" are bitsandbytes' 4-bit layers, whose matmul keeps its input for
+    backward (with double-quantized scales, its default, or a float32 scale per 64 weights).
 
     ``options`` (default first; the symbols they set are in :data:`attn_core.symbols.SWITCHES`):
 
@@ -166,7 +161,8 @@ def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp
       "fp32" (activations in fp32 too);
     * ``optimizer``: "adamw", "adamw_8bit", "adamw_4bit", "sgd_momentum", "sgd";
       ``optimizer_impl``: "fused" or "foreach" (its step makes a copy of the parameters);
-      ``optimizer_in_backward``: False or True (no full set of gradients);
+      ``optimizer_in_backward``: False or True (no full set of gradients); the 8- and 4-bit
+      moments are stepped one parameter at a time in float32 (the embedding's: two float32 copies);
     * ``recompute``: "none", "selective" (Korthikanti et al.: the attention core), "per_op"
       (torchtitan's: every other matmul's output and attention's are saved), "full" (the block's
       input); ``offload``: False or True (full recomputation's checkpoints to the host);
@@ -174,9 +170,14 @@ def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp
     * ``kernels``: "eager" (Python code upcasting to float32: Hugging Face's, torchtune's),
       "eager_repeat_kv" (the same, K and V repeated to every head), "compiled" (torch.compile,
       PyTorch's fused RMSNorm);
-    * ``loss``: "fp32" (float32 logits, 12 bytes a logit at the loss), "fp32_kept" (the caller
-      keeps them too: 14), "chunked" (6), "chunked_compiled" (4), "fused" (no logits kept: 0);
-    * ``finetune``: "full", "lora", "qlora"; ``sequence_parallel``, ``dropout``: False or True;
+    * ``loss``, bytes a logit at the loss (measured, tests/test_step.py): "fp32" (float32 logits
+      deleted before backward: 12), "fp32_kept" (bf16 logits kept by the caller: 14), "fp32_shifted"
+      (float32 logits kept and a shifted copy, transformers 4.38: 16), "fp32_parallel" (PyTorch's
+      loss_parallel: 16), "compiled" (bf16 logits into a compiled cross-entropy: 4), "chunked"
+      (torchtune's 8 chunks: 6.5), "chunked_compiled" (2.25), "bf16_chunked" (LitGPT's: 4.5), "fused"
+      (no logits kept: 0);
+    * ``finetune``: "full", "lora", "qlora", "qlora_bnb", "qlora_bnb_nf4"; ``sequence_parallel``,
+      ``dropout``, ``lora_dropout`` (dropout on each adapter's input, as PEFT's): False or True;
     * ``device``: "cuda" (what PyTorch's CUDA kernels save) or "cpu" (the block as measured on this
       CPU, :func:`attn_core.ledger.block_ledger`; full fine-tuning without per-op recomputation).
 
@@ -223,25 +224,12 @@ def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp
             raise ValueError("device='cpu' counts the measured CPU block: full fine-tuning, recompute in "
                              "none/selective/full, d_head = d_model / num_heads")
 
-    L, d = model.num_layers, model.d_model
-    P_w, P_io = model.num_params(), model.io_params()
-    P_blocks = P_w - P_io
-    shapes = _module_shapes(model)
-    adapted = modules if lora else ()
-    P_lora = L * sum(lora_rank * (i + o) for i, o in (shapes[m] for m in adapted))
-    matrices = P_blocks - L * model.norms_per_layer * model._norm_params()
-    P_lin = matrices if quantize == "all" else L * sum(i * o for i, o in (shapes[m] for m in adapted))
-    mla = model.is_mla
-    D = model.d_head + (model.rope_dim or 0) if mla else model.d_head
-    env.update(
-        B=B, N=N, n_vocab=model.vocab_size, L=L, P_w=P_w, P_io=P_io, P_layer=Fraction(P_blocks, L),
-        P_lin=P_lin, P_lora=P_lora, d=d, H=model.num_heads,
-        H_kv=model.num_heads if mla else model.num_kv_heads, D=D, F=model.ffn_dim,
-        n_rms=int(model.norm == "rmsnorm"), g_swiglu=int(model.ffn == "swiglu"),
-        a_qkv=int(bool({"q", "k", "v"} & set(adapted))), a_o=int("o" in adapted),
-        a_up=int(bool({"gate", "up"} & set(adapted))), a_down=int("down" in adapted), n_lora=len(adapted),
-        r_lora=lora_rank if lora else 0, N_d=dp, t=tp, c=cp, pp=pp,
-    )
+    adapted = set(modules) if lora else set()
+    env.update(model.symbol_values())
+    env.update(formulas.step_model(
+        **model.symbol_values(), **{sym: int(m in adapted) for m, sym in formulas.LORA_SYMBOLS.items()},
+        r_lora=lora_rank if lora else 0, q_all=int(quantize == "all")))
+    env.update(B=B, N=N, r_lora=lora_rank if lora else 0, N_d=dp, t=tp, c=cp, pp=pp)
     values = step.step_items(**{k: env[k] for k in _STEP_ARGS})
     totals = [values[f"phase.{p}"] for p in step.PHASES]
     phase = step.PHASES[totals.index(max(totals))]  # the first phase whose total is the peak

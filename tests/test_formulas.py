@@ -50,6 +50,12 @@ def test_helpers_on_numbers_and_symbols():
     # the root of 2 N^2 + 3 N = 27 is 3; with a_2 = 0 it is z / a_1, without dividing by zero
     assert formulas.positive_root(2, 3, 27) == pytest.approx(3.0)
     assert formulas.positive_root(0, 4, 10) == pytest.approx(2.5)
+    # a_0 + a_1 n + a_2 n^2: from three values for numbers, from derivatives at 0 for a symbol
+    def f(n):
+        return 7 + S["B"] * n + S["d"] * n * n / 3
+    half = Fraction(5, 2)
+    assert formulas.quadratic_coefficients(lambda n: 7 + 3 * n + half * n * n, 4) == (7, 3, half)
+    assert formulas.quadratic_coefficients(f, S["N"]) == (7, S["B"], S["d"] / 3)
 
 
 def _env(names, rng):
@@ -75,7 +81,7 @@ def _env(names, rng):
 FORMULAS = [formulas.memory_items, formulas.fused_bytes, formulas.attention_params, formulas.layer_flops,
             formulas.kv_cache_bytes, formulas.linear_state_bytes, formulas.block_items,
             formulas.training_state, formulas.per_rank_params, formulas.cp_saved, formulas.cp_sent,
-            formulas.ulysses_sent, formulas.ring_step]
+            formulas.ulysses_sent, formulas.ring_step, formulas.model_params, formulas.step_model]
 
 
 @pytest.mark.parametrize("fn", FORMULAS, ids=lambda f: f.__name__)

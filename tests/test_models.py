@@ -485,91 +485,33 @@ def test_kv_cache_module_gives_the_same_class():
 
 
 # --------------------------------------------------------------------------- the page's reader
-# A reader of hf_families.json as the page can write it (Node.js here): the same fields as Python.
-JS_READER = r"""
-const families = input.families, DEFAULTS = input.defaults;
-function rulesOf(mt) {
-  const own = families[mt], out = own._extends ? rulesOf(own._extends) : {};
-  for (const [k, v] of Object.entries(own)) if (!k.startsWith("_")) out[k] = v;
-  return out;
-}
-function lookup(cfg, key) {
-  let v = cfg;
-  const parts = key.split(".");
-  for (let i = 0; i < parts.length; i++) {
-    if (v === null || typeof v !== "object" || Array.isArray(v) || !(parts[i] in v)) return undefined;
-    v = v[parts[i]];
-    if (v === null && i < parts.length - 1) return undefined;
-  }
-  return v;
-}
-function readConfig(cfg) {
-  const mt = cfg.model_type;
-  if (!mt || mt.startsWith("_") || !(mt in families)) throw new Error(`unknown model_type ${mt}`);
-  const rules = rulesOf(mt), done = {};
-  const missing = (k, f) => new Error(`${mt} config has no '${k}' (${f})`);
-  const field = (f) => (f in done ? done[f] : f in rules ? (done[f] = ev(rules[f], f)) : DEFAULTS[f]);
-  function ev(r, f) {
-    if (typeof r === "string") {
-      const v = lookup(cfg, r);
-      if (v === undefined) throw missing(r, f);
-      return v;
-    }
-    if (r === null || typeof r !== "object") return r;
-    if ("value" in r) return r.value;
-    if ("key" in r) {
-      const v = lookup(cfg, r.key);
-      if (v === undefined) {
-        if ("absent" in r || "default" in r) return ev("absent" in r ? r.absent : r.default, f);
-        throw missing(r.key, f);
-      }
-      if (v === null || (r.none || []).includes(v)) return "default" in r ? ev(r.default, f) : null;
-      return v;
-    }
-    if ("count" in r) {
-      const xs = lookup(cfg, r.in);
-      return xs === undefined || xs === null ? ev(r.default, f) : xs.filter((x) => x === r.count).length;
-    }
-    if ("field" in r) return field(r.field);
-    if ("if" in r) {
-      const c = ev(r.if, f);
-      return ev(c !== null && c !== false && c !== 0 ? r.then : r.else, f);
-    }
-    const op = ["sum", "product", "max", "difference", "quotient"].find((o) => o in r);
-    const xs = r[op].map((x) => ev(x, f));
-    return { sum: () => xs.reduce((a, b) => a + b, 0), product: () => xs.reduce((a, b) => a * b, 1),
-             max: () => Math.max(...xs), difference: () => xs[0] - xs[1],
-             quotient: () => Math.floor(xs[0] / xs[1]) }[op]();
-  }
-  const out = { model_type: mt };
-  for (const f of Object.keys(rules)) out[f] = field(f);
-  if (out.window === undefined || out.window === null || out.sliding_layers === 0) {
-    out.window = null;
-    out.sliding_layers = null;
-  }
-  if (out.sliding_layers === out.num_layers) out.sliding_layers = null;
-  return out;
-}
-"""
+# The page reads hf_families.json with static/hf_config.js (the "does it fit" widget's pasted config.json):
+# run in Node.js, it gives the same fields as Python, and the same values of the formulas' symbols.
+HF_CONFIG_JS = pathlib.Path(models.__file__).parent / "static" / "hf_config.js"
 NODE = shutil.which("node")
+
+
+def _run_reader(script: str, payload: dict):
+    proc = subprocess.run([NODE, "-e", "const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));\n"
+                           + HF_CONFIG_JS.read_text() + script], capture_output=True, text=True, timeout=60,
+                          input=json.dumps(payload))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is not installed: the page's reader is not run here")
 def test_javascript_reader_of_the_rules_equals_python():
-    assert len(JS_READER.strip().splitlines()) <= 65
     families = json.loads(HF_FAMILIES_FILE.read_text())
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)
                 if f.default is not dataclasses.MISSING}
     configs = [config for config, _ in CASES.values()] + [
         {**CASES["llama-2-7b"][0], "hidden_size": None}, {"model_type": "bert"},
         {k: v for k, v in CASES["mixtral-8x7b"][0].items() if k != "num_local_experts"}]
-    script = ("const input = JSON.parse(require('fs').readFileSync(0, 'utf8'));" + JS_READER
-              + "process.stdout.write(JSON.stringify(input.configs.map((c) => {"
-                "try { return readConfig(c); } catch (e) { return { error: e.message }; } })));")
-    proc = subprocess.run([NODE, "-e", script], capture_output=True, text=True, timeout=60,
-                          input=json.dumps({"families": families, "defaults": defaults, "configs": configs}))
-    assert proc.returncode == 0, proc.stderr
-    for config, js in zip(configs, json.loads(proc.stdout)):
+    script = ("process.stdout.write(JSON.stringify(input.configs.map((c) => {"
+              "try { return readHfConfig(c, input.families, input.defaults); }"
+              " catch (e) { return { error: e.message }; } })));")
+    out = _run_reader(script, {"families": families, "defaults": defaults, "configs": configs})
+    for config, js in zip(configs, out):
         try:
             m = ModelConfig.from_hf_config(config)
         except ValueError as e:
@@ -577,3 +519,30 @@ def test_javascript_reader_of_the_rules_equals_python():
             continue
         assert "error" not in js, (config, js)
         assert js == {f: getattr(m, f) for f in js}, config["model_type"]
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is not installed: the page's reader is not run here")
+def test_javascript_model_symbols_equal_python():
+    """What the page evaluates for a pasted config.json: the same symbols as ModelConfig.symbol_values,
+    and the same errors (by the field they name) for a config from_hf_config rejects."""
+    from attn_core.widgets import formula_spec
+
+    fit = formula_spec()["fit"]
+    configs = [config for config, _ in CASES.values()]
+    bad = [({**CASES["llama-2-7b"][0], "num_hidden_layers": 0}, "num_layers"),
+           ({k: v for k, v in CASES["gpt2"][0].items() if k != "n_layer"}, "n_layer"),
+           ({"model_type": "qwen3"}, "model_type")]
+    script = ("const f = input.fit, sw = input.switches;"
+              "process.stdout.write(JSON.stringify(input.configs.map((c) => {"
+              "try { return modelSymbols(readModelConfig(c, f), f.model_symbols, f.model_menus, sw); }"
+              " catch (e) { return { error: e.message }; } })));")
+    out = _run_reader(script, {"fit": fit, "switches": formula_spec()["switches"],
+                               "configs": configs + [c for c, _ in bad]})
+    for config, js in zip(configs, out):
+        m = ModelConfig.from_hf_config(config)
+        assert js == m.symbol_values(), config["model_type"]
+        assert models.formulas.model_params(**js)["P_w"] == m.num_params()
+    for (config, name), js in zip(bad, out[len(configs):]):
+        with pytest.raises(ValueError, match=name):
+            ModelConfig.from_hf_config(config)
+        assert name in js["error"], js

@@ -32,6 +32,7 @@ from ._core import (
     maximum,
     minimum,
     positive_root,
+    quadratic_coefficients,
     split_in,
     sqrt,
     symbols,
@@ -50,13 +51,14 @@ from .model import LORA_SYMBOLS, model_params, step_model
 from .parallel import cp_saved, cp_sent, ring_hide_tokens, ring_step, transfer_time, ulysses_sent
 from .step import PHASES, STEP_ITEMS, layer_items, rebuilt_bytes, step_items
 from .training import TP_SPLIT_ITEMS, block_items, per_rank_items, per_rank_params, training_state
-from .widgets import GENERATED_JS, javascript, widget_values, write_generated
+from .widgets import GENERATED_JS, javascript, widget_names, widget_values, write_generated
 
 __all__ = [
     "formula", "symbols", "where", "eq", "le", "maximum", "minimum", "sqrt", "MHA", "TP_SPLIT_ITEMS",
     "memory_items", "fused_bytes", "attention_params", "layer_flops", "kv_cache_bytes", "linear_state_bytes",
     "block_items", "training_state", "per_rank_items", "per_rank_params", "linear_and_quadratic",
-    "positive_root", "widget_values", "crossover", "split_in", "javascript", "write_generated",
+    "positive_root", "quadratic_coefficients", "widget_values", "widget_names", "crossover", "split_in",
+    "javascript", "write_generated",
     "GENERATED_JS", "PHASES", "STEP_ITEMS", "layer_items", "rebuilt_bytes", "step_items",
     "model_params", "step_model", "LORA_SYMBOLS",
     "cp_saved", "cp_sent", "ulysses_sent", "transfer_time", "ring_step", "ring_hide_tokens",

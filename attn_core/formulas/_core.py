@@ -69,19 +69,23 @@ def le(a, b):
 
 
 def maximum(a, b):
+    """max(a, b) for numbers; SymPy's Max for expressions, unevaluated: comparing two large sums (the
+    phases of a training step) costs SymPy seconds and simplifies nothing here (a substitution of
+    numbers still evaluates it)."""
     if _is_number(a, b):
         return max(a, b)
     import sympy as sp
 
-    return sp.Max(a, b)
+    return sp.Max(a, b, evaluate=False)
 
 
 def minimum(a, b):
+    """min(a, b): as :func:`maximum`."""
     if _is_number(a, b):
         return min(a, b)
     import sympy as sp
 
-    return sp.Min(a, b)
+    return sp.Min(a, b, evaluate=False)
 
 
 def sqrt(x):
@@ -108,13 +112,31 @@ def linear_and_quadratic(f):
     return f1 - a2, a2
 
 
-def positive_root(a2, a1, z):
-    """The N > 0 with a_2 N^2 + a_1 N = z (a_1 > 0, a_2 >= 0, z >= 0): 2 z / (a_1 + sqrt(a_1^2 + 4 a_2 z)).
+def quadratic_coefficients(f, n):
+    """(a_0, a_1, a_2) of a function of n that is a_0 + a_1 n + a_2 n^2.
 
-    This form of the root holds at a_2 = 0 too (N = z / a_1), with no division by zero; a negative
-    discriminant (coefficients outside that range) is read as 0, so the value stays real.
+    For a number n, exactly from f(0), f(1) and f(2); for a SymPy symbol n, from f(n)'s derivatives at
+    n = 0, which keep the expression's shape (expanding a step's phases in n would multiply their size).
     """
-    return 2 * z / (a1 + sqrt(maximum(0, a1 * a1 + 4 * a2 * z)))
+    if _is_number(n):
+        f0, f1, f2 = f(0), f(1), f(2)
+        a2 = _ratio(f2 - 2 * f1 + f0, 2)
+        return f0, f1 - f0 - a2, a2
+    import sympy as sp
+
+    e = f(n)
+    return e.subs(n, 0), sp.diff(e, n).subs(n, 0), sp.diff(e, n, 2).subs(n, 0) / 2
+
+
+def positive_root(a2, a1, z):
+    """The N >= 0 with a_2 N^2 + a_1 N = z (a_1, a_2 >= 0, not both 0; z >= 0):
+    2 z / (a_1 + sqrt(a_1^2 + 4 a_2 z)).
+
+    This form of the root holds at a_2 = 0 too (N = z / a_1), with no division by zero, and at z = 0
+    (N = 0, the denominator kept nonzero where a_1 = 0); a negative discriminant (coefficients outside
+    that range) is read as 0, so the value stays real.
+    """
+    return 2 * z / (a1 + sqrt(maximum(0, a1 * a1 + 4 * a2 * z)) + where(le(z, 0), 1, 0))
 
 
 # ----------------------------------------------------------------------------- SymPy tools

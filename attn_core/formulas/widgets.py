@@ -4,17 +4,65 @@ from __future__ import annotations
 
 import inspect
 import pathlib
+import re
 
-from ._core import _ratio, le, linear_and_quadratic, maximum, positive_root, symbols, where
+from ._core import (
+    _is_number,
+    _ratio,
+    le,
+    linear_and_quadratic,
+    maximum,
+    minimum,
+    positive_root,
+    quadratic_coefficients,
+    symbols,
+    where,
+)
 from .attention import MHA, fused_bytes, kv_cache_bytes, layer_flops, linear_state_bytes, memory_items
-from .training import block_items, per_rank_items, per_rank_params, training_state
+from .model import step_model
+from .step import PHASES, STEP_TOTAL_ITEMS, step_items
 
 
 # ------------------------------------------------------------------------ what each widget shows
+class _Names:
+    """The named intermediate values of a widget's formulas.
+
+    With numbers, a name is its value. With SymPy expressions, ``names(name, value)`` records the
+    expression and returns a symbol ``_name`` in its place: the printed JavaScript computes it once, as a
+    ``const``, and SymPy never builds (or compares) the whole nested expression. An expression named
+    twice is one name.
+    """
+
+    def __init__(self):
+        self.exprs: dict = {}
+        self._seen: dict = {}
+
+    def __call__(self, name: str, value):
+        if value is None or _is_number(value):
+            return value
+        import sympy as sp
+
+        if value.is_Symbol or value.is_Number:
+            return value
+        if value in self._seen:
+            return self._seen[value]
+        key = "_" + re.sub(r"\W", "_", name)
+        if key in self.exprs:
+            raise ValueError(f"the name {key} is given twice")
+        self.exprs[key] = value
+        self._seen[value] = sym = sp.Symbol(key)
+        return sym
+
+    def each(self, prefix: str, values: dict) -> dict:
+        """Each value named ``prefix + key``."""
+        return {k: self(f"{prefix}{k}", v) for k, v in values.items()}
+
+
 def _take(fn, env: dict, **fixed):
     """Call a formula with the arguments it names, from ``fixed`` or else ``env``."""
     params = inspect.signature(fn.__wrapped__).parameters
-    return fn(**{p: fixed[p] if p in fixed else env[p] for p in params})
+    return fn(**{p: fixed[p] if p in fixed else env[p] for p, spec in params.items()
+                 if p in fixed or p in env or spec.default is inspect.Parameter.empty})
 
 
 def _flops_summary(lin, quad, lin1, quad1, key: str) -> dict:
@@ -23,7 +71,7 @@ def _flops_summary(lin, quad, lin1, quad1, key: str) -> dict:
             "quadratic_share": lambda: quad / (lin + quad), key: lambda: lin1 / quad1}
 
 
-def _memory_values(e: dict) -> dict:
+def _memory_values(e: dict, names=None) -> dict:
     mha = MHA(e["d"], e["H"])
 
     def items_at(n):
@@ -42,7 +90,7 @@ def _memory_values(e: dict) -> dict:
     return out
 
 
-def _flops_values(e: dict) -> dict:
+def _flops_values(e: dict, names=None) -> dict:
     # per-head K and V with H_kv heads (GQA), head dims d / H, the FFN of width F
     fixed = {**MHA(e["d"], e["H"]), "H_kv": e["H_kv"]}
 
@@ -62,7 +110,7 @@ def _flops_values(e: dict) -> dict:
     }
 
 
-def _explorer_values(e: dict) -> dict:
+def _explorer_values(e: dict, names=None) -> dict:
     def flops_at(n, w):
         return _take(layer_flops, e, N=n, w_ffn=w)
 
@@ -95,35 +143,69 @@ def _explorer_values(e: dict) -> dict:
     }
 
 
-def _fit_values(e: dict) -> dict:
-    fixed = {"u_mask": 1}  # 1-byte dropout masks, as on a CUDA accelerator
+def _fit_values(e: dict, names) -> dict:
+    """Does a training step fit? The busiest rank's bytes (:func:`step_items`, as
+    :func:`attn_core.training.training_memory` computes them) against the accelerator's memory."""
+    env = {**e, **names.each("model.", _take(step_model, e))}  # the model's parameters and shapes
 
-    def layer_items(n):
-        items = _take(block_items, e, **fixed, N=n)
-        return per_rank_items(items, e["t"], e["c"], e["s_sp"], e["e_fused"])
+    computed = {}
 
-    items = layer_items(e["N"])
-    layer = sum(items.values())
-    params = _take(per_rank_params, e)
-    state = _take(training_state, e, P_w=params, N_d=e["N_d"] * e["c"])  # ZeRO over the DP x CP ranks
-    act = e["L"] * layer
-    st = state["weights"] + state["gradients"] + state["optimizer"]
-    total = st + act
-    mem = e["M_gib"] * 2**30
-    a1, a2 = linear_and_quadratic(lambda n: e["L"] * sum(layer_items(n).values()))
-    out = {f"item.{k}": v for k, v in items.items()}
+    def phases_at(n):
+        if n not in computed:
+            computed[n] = _take(step_items, env, N=n)
+        return computed[n]
+
+    at_n = phases_at(e["N"])
+    s = names.each("", {f"{p}.{k}": at_n[f"{p}.{k}"] for p in PHASES for k in STEP_TOTAL_ITEMS})
+    totals = [names(f"total.{p}", sum(s[f"{p}.{k}"] for k in STEP_TOTAL_ITEMS)) for p in PHASES]
+
+    def pick(values):
+        """Of one value per phase, the one of the first phase whose total is the peak (as training_memory)."""
+        out = values[-1]
+        for i in range(len(values) - 2, -1, -1):
+            later = totals[i + 1]
+            for t in totals[i + 2:]:
+                later = maximum(later, t)
+            out = where(le(later, totals[i]), values[i], out)
+        return out
+
+    peak = names("peak", pick(totals))
+    mem = e["M_mem"] * e["u_mem"]
+    # each phase's total is a_0 + a_1 N + a_2 N^2; a_0, the bytes at no token, is the training state and
+    # its buffers: when their largest fits, N grows until the first phase that grows with N meets the memory
+    coeffs = {p: names.each(f"{p}.a", dict(enumerate(quadratic_coefficients(
+        lambda n, p=p: phases_at(n)[f"phase.{p}"], e["N"])))) for p in PHASES}
+    state = coeffs[PHASES[0]][0]
+    for p in PHASES[1:]:
+        state = maximum(state, coeffs[p][0])
+    state = names("state", state)
+
+    def n_max():
+        # the step's total has no N; the end of backward grows with N only through a recomputed block:
+        # without one (a_1 = a_2 = 0) it gets a slope of 1 byte a token, so its root (the spare bytes,
+        # as tokens) lies far beyond the forward's and is never the smallest
+        roots = [positive_root(c[2], c[1] + where(le(c[1] + c[2], 0), 1, 0), maximum(0, mem - c[0]))
+                 for c in (coeffs[p] for p in PHASES if p != "step")]
+        n = roots[0]
+        for r in roots[1:]:
+            n = minimum(n, r)
+        return where(le(state, mem), n, 0)
+
+    shards = e["N_d"] * e["c"]  # ZeRO-3 shards the weights over the data- and context-parallel ranks
+    stage = _ratio(env["P_w"] - env["P_io"], e["pp"]) + env["P_io"]  # the first stage's
+    out = {f"{k}_bytes": pick([s[f"{p}.{k}"] for p in PHASES]) for k in STEP_TOTAL_ITEMS}
+    out.update({f"phase.{p}": t for p, t in zip(PHASES, totals)})
     out.update({
-        "layer_bytes": layer,
-        "weights_bytes": state["weights"],
-        "gradients_bytes": state["gradients"],
-        "optimizer_bytes": state["optimizer"],
-        "activations_bytes": act,
-        "total_bytes": total,
+        "total_bytes": peak,
+        "peak_phase": pick(list(range(len(PHASES)))),
         "mem_bytes": mem,
-        "fits": where(le(total, mem), 1, 0),
-        "n_max": lambda: positive_root(a2, a1, maximum(0, mem - st)),
-        "params_per_rank": params,
-        "devices": e["N_d"] * e["t"] * e["c"],
+        "spare_bytes": mem - peak,
+        "fits": where(le(peak, mem), 1, 0),
+        "state_bytes": state,
+        "n_max": n_max,
+        "params": env["P_w"],
+        "params_per_rank": _ratio(stage, e["t"]) * (1 - e["z_3"] + _ratio(e["z_3"], shards)),
+        "devices": e["N_d"] * e["t"] * e["c"] * e["pp"],
     })
     return out
 
@@ -137,23 +219,34 @@ def widget_values(kind: str | None = None, env: dict | None = None) -> dict:
 
     ``env`` maps symbol names to numbers (give ints or Fractions and the values stay exact, except
     a square root); a value that divides by zero is None. Without ``env``, the SymPy expressions in
-    the widget's symbols; without ``kind``, every kind's, as {kind: {key: expression}}.
+    the widget's symbols (the "fit" widget's in named intermediate values, ``_<name>``: see
+    :func:`widget_names`); without ``kind``, every kind's, as {kind: {key: expression}}.
     """
     if kind is None:
         return {k: widget_values(k, env) for k in _WIDGETS}
+    return _evaluate(kind, env)[1]
+
+
+def widget_names(kind: str) -> dict:
+    """The intermediate values the symbolic :func:`widget_values` of ``kind`` names: {name: expression},
+    in the order they are computed (each in the book's symbols and the names before it)."""
+    return _evaluate(kind, None)[0]
+
+
+def _evaluate(kind: str, env: dict | None) -> tuple[dict, dict]:
     if kind not in _WIDGETS:
         raise ValueError(f"kind must be one of {list(_WIDGETS)}, got {kind!r}")
-    symbolic = env is None
-    env = symbols() if symbolic else env
+    env = symbols() if env is None else env
+    names = _Names()
     out = {}
-    for key, value in _WIDGETS[kind](env).items():
+    for key, value in _WIDGETS[kind](env, names).items():
         if callable(value):
             try:
                 value = value()
             except ZeroDivisionError:
                 value = None
         out[key] = value
-    return out
+    return names.exprs, out
 
 
 # ------------------------------------------------------------------------ the generated file
@@ -161,17 +254,40 @@ _STATIC = pathlib.Path(__file__).parents[1] / "static"
 GENERATED_JS = _STATIC / "formulas.js"
 
 
-def _javascript_function(name: str, exprs: dict) -> str:
+def _javascript_function(name: str, named: dict, exprs: dict) -> str:
+    """One JavaScript function: the named values and the subexpressions they and the outputs share (SymPy's
+    cse) as constants, each after the ones it reads, then each output (null where it is not finite)."""
     import sympy as sp
     from sympy.printing.jscode import JavascriptCodePrinter
 
     printer = JavascriptCodePrinter()
-    free = sorted({s.name for e in exprs.values() for s in sp.sympify(e).free_symbols})
-    lines = [f"function {name}(env) {{", f"  const {{ {', '.join(free)} }} = env;", "  const out = {};",
-             "  let v;"]
-    for key, e in exprs.items():
-        code = " ".join(printer.doprint(sp.sympify(e)).split()) if e is not None else "null"
-        lines.append(f"  v = {code};")
+    keys = [k for k, e in exprs.items() if e is not None]
+    shared, reduced = sp.cse([sp.sympify(e) for e in [*named.values(), *(exprs[k] for k in keys)]],
+                             symbols=sp.numbered_symbols("_c"), order="none")
+    consts = {str(x): e for x, e in shared}
+    consts.update(zip(named, reduced[:len(named)]))
+    outputs = dict(zip(keys, reduced[len(named):]))
+    order: list[str] = []
+
+    def emit(e) -> None:  # the constants e reads, each after the ones it reads
+        for s in sorted(e.free_symbols, key=str):
+            if str(s) in consts and str(s) not in order:
+                emit(consts[str(s)])
+                order.append(str(s))
+
+    for e in [*(sp.Symbol(k) for k in named), *outputs.values()]:
+        emit(e)
+
+    def code(e) -> str:
+        return " ".join(printer.doprint(e).split())
+
+    every = [*consts.values(), *outputs.values()]
+    free = sorted({s.name for e in every for s in e.free_symbols} - set(consts))
+    lines = [f"function {name}(env) {{", f"  const {{ {', '.join(free)} }} = env;"]
+    lines += [f"  const {k} = {code(consts[k])};" for k in order]
+    lines += ["  const out = {};", "  let v;"]
+    for key in exprs:
+        lines.append(f"  v = {code(outputs[key]) if key in outputs else 'null'};")
         lines.append(f"  out[{key!r}] = Number.isFinite(v) ? v : null;")
     lines += ["  return out;", "}"]
     return "\n".join(lines)
@@ -180,10 +296,10 @@ def _javascript_function(name: str, exprs: dict) -> str:
 def javascript() -> str:
     """The text of static/formulas.js: one JavaScript function per widget kind, printed by SymPy
     from :func:`widget_values` (env: symbol name -> number; a value that is not finite is null)."""
-    head = ("// Generated by `make formulas` from attn_core/formulas.py: do not edit.\n"
+    head = ("// Generated by `make formulas` from attn_core/formulas/: do not edit.\n"
             "// One function per widget kind: env (symbol name -> number) -> {value key: number or null}.\n"
             "// The widgets' module (ledger_widgets.js) is loaded after this file, in the same module.\n")
-    funcs = [_javascript_function(f"{kind}Values", exprs) for kind, exprs in widget_values().items()]
+    funcs = [_javascript_function(f"{kind}Values", *_evaluate(kind, None)) for kind in _WIDGETS]
     table = "const GENERATED = { " + ", ".join(f"{k}: {k}Values" for k in _WIDGETS) + " };"
     return head + "\n" + "\n\n".join(funcs) + "\n\n" + table + "\n"
 

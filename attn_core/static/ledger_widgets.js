@@ -13,9 +13,26 @@
 // SymPy (`make formulas`, checked by tests/test_formulas.py). What is written by hand
 // here is only the lookup of the inputs and menus.
 
-// the symbols of a widget's formulas from its state: inputs (symbol <- trait) and menus (switches)
+// the fields of the "does it fit" widget's model: a pasted config.json (read by hf_config.js, loaded
+// before this file), else the preset's (spec.fit.models)
+function fitModelFields(spec, preset, config) {
+  if (config && Object.keys(config).length) return readModelConfig(config, spec.fit);
+  if (!(preset in spec.fit.models)) throw new Error(`model must be a preset or a config.json, got ${preset}`);
+  return spec.fit.models[preset];
+}
+
+// the symbols of a widget's formulas from its state: the model's (its fields through spec.fit's table),
+// the members of a list (1 if the list holds the item), inputs (symbol <- trait) and menus (switches)
 function buildEnv(recipe, state, spec) {
   const env = { ...recipe.constants };
+  if (recipe.model) {
+    const fields = fitModelFields(spec, state[recipe.model.preset], state[recipe.model.config]);
+    Object.assign(env, modelSymbols(fields, spec.fit.model_symbols, spec.fit.model_menus, spec.switches));
+  }
+  for (const [trait, members] of Object.entries(recipe.members || {})) {
+    const chosen = new Set(state[trait] || []);
+    for (const [item, sym] of Object.entries(members)) env[sym] = chosen.has(item) ? 1 : 0;
+  }
   for (const [sym, trait] of Object.entries(recipe.inputs)) env[sym] = Number(state[trait]);
   for (const [sw, trait] of Object.entries(recipe.switches)) {
     const options = spec.switches[sw];
@@ -29,7 +46,92 @@ function buildEnv(recipe, state, spec) {
 function computeValues(spec, kind, state) {
   return GENERATED[kind](buildEnv(spec.widgets[kind], state, spec));
 }
+
+// the traits a widget's formulas read (inputs, menus, lists, the model)
+function stateTraits(recipe) {
+  const m = recipe.model ? [recipe.model.preset, recipe.model.config] : [];
+  return [...Object.values(recipe.inputs), ...Object.values(recipe.switches), ...Object.keys(recipe.members || {}), ...m];
+}
 // </evaluator>
+
+// <fit-advice>
+// What the "does it fit" page says, in words, and the cheapest single change that makes a step fit. Pure
+// (no page): tests/js_fit.py runs it in Node.js, and the tests check every change it tries against
+// Python's training_memory. Every number comes from computeValues, the generated formula.
+
+// bytes in the memory's own unit (GB or GiB): one decimal, three digits below 1
+function fmtMem(bytes, state, spec) {
+  const x = bytes / spec.switches.mem_unit[state.mem_unit].u_mem;
+  return `${Math.abs(x) >= 1 || x === 0 ? x.toFixed(1) : x.toPrecision(3)} ${state.mem_unit}`;
+}
+
+// {kind: "fits" | "over" | "state", text}
+function fitVerdict(v, state, spec) {
+  const f = (x) => fmtMem(x, state, spec);
+  if (v.fits) return { kind: "fits", text: `Fits with ${f(v.spare_bytes)} to spare: ${f(v.total_bytes)} of ${f(v.mem_bytes)} at the peak.` };
+  if (v.state_bytes > v.mem_bytes) {
+    return { kind: "state", text: `Does not fit: the training state alone needs ${f(v.state_bytes)}, more than the ${f(v.mem_bytes)} before a single token.` };
+  }
+  return { kind: "over", text: `Does not fit: needs ${f(v.total_bytes)}, ${f(-v.spare_bytes)} over the ${f(v.mem_bytes)}.` };
+}
+
+// the longest N that fits, in whole tokens a multiple of cp (0: none)
+function fitLongestN(v, state) {
+  const cp = Number(state.cp);
+  return v.n_max === null ? 0 : Math.max(0, Math.floor(v.n_max / cp) * cp);
+}
+
+// The single changes tried, cheapest first (what each costs in time, or in what is trained); a change
+// already made, or one that does not apply, is skipped. [label, cost, state, model fields -> change or null]
+const FIT_CHANGES = [
+  ["bf16 mixed precision", "activations in bf16", (s) => (s.precision === "fp32" ? { precision: "bf16_mixed" } : null)],
+  ["a chunked cross-entropy", "no float32 logits, no slower", (s) => (["fp32", "fp32_kept"].includes(s.loss) ? { loss: "chunked" } : null)],
+  ["a fused optimizer step", "no copy of the parameters", (s) => (s.optimizer_impl === "foreach" ? { optimizer_impl: "fused" } : null)],
+  ["compiled kernels (torch.compile)", "fused norms, no float32 copies", (s) => (s.kernels !== "compiled" ? { kernels: "compiled" } : null)],
+  ["per-op selective recomputation", "a few percent more compute", (s) => (["none", "selective"].includes(s.recompute) ? { recompute: "per_op" } : null)],
+  ["ZeRO-3", "the weights gathered each step: more communication", (s) => (Number(s.zero) < 3 && s.dp * s.cp > 1 ? { zero: 3 } : null)],
+  ["a smaller micro-batch", "the same step with gradient accumulation, less throughput", null],
+  ["full recomputation", "about a third more compute", (s) => (s.recompute !== "full" ? { recompute: "full" } : null)],
+  ["a fused loss", "a fused cross-entropy kernel keeps no logits", (s) => (s.loss !== "fused" ? { loss: "fused" } : null)],
+  ["8-bit AdamW", "quantized moments", (s) => (s.optimizer === "adamw" ? { optimizer: "adamw_8bit" } : null)],
+  ["checkpoints offloaded to the host", "host transfers each layer", (s) => (s.recompute === "full" && !s.offload ? { offload: true } : null)],
+  ["twice the tensor parallelism", "twice the GPUs per replica, more communication",
+    (s, m) => (m.num_heads % (2 * s.tp) === 0 && m.num_kv_heads % (2 * s.tp) === 0 ? { tp: 2 * s.tp } : null)],
+  ["LoRA", "only the adapters train", (s) => (s.finetune === "full" ? { finetune: "lora" } : null)],
+  ["QLoRA", "a 4-bit frozen base, only the adapters train", (s) => (s.finetune !== "qlora" ? { finetune: "qlora" } : null)],
+];
+
+// the change's words, with its values ("ZeRO-3 over 8 GPUs", "a micro-batch of 2", ...)
+function changeLabel(label, change, state) {
+  if ("zero" in change) return `${label} over the ${state.dp * state.cp} data-parallel GPUs`;
+  if ("tp" in change) return `tensor parallelism over ${change.tp} GPUs`;
+  if ("B" in change) return `a micro-batch of ${change.B} (accumulating ${Math.ceil(state.B / change.B)} of them)`;
+  if ("finetune" in change) return `${label} (rank ${state.lora_rank})`;
+  return label;
+}
+
+// {tried: [{label, cost, change, fits, peak}], best: the first that fits or null}; when it fits already,
+// nothing is tried
+function cheapestChange(spec, state) {
+  const fields = fitModelFields(spec, state.model, state.config);
+  const tried = [];
+  if (computeValues(spec, "fit", state).fits) return { tried, best: null };
+  for (const [label, cost, make] of FIT_CHANGES) {
+    let change = make ? make(state, fields) : null;
+    if (!make) {  // the largest micro-batch below B that fits, else B = 1
+      for (let b = state.B - 1; b >= 1 && !change; b--) {
+        if (b === 1 || computeValues(spec, "fit", { ...state, B: b }).fits) change = { B: b };
+      }
+    }
+    if (!change) continue;
+    const v = computeValues(spec, "fit", { ...state, ...change });
+    const entry = { label: changeLabel(label, change, state), cost, change, fits: v.fits === 1, peak: v.total_bytes };
+    tried.push(entry);
+    if (entry.fits) return { tried, best: entry };
+  }
+  return { tried, best: null };
+}
+// </fit-advice>
 
 // ------------------------------------------------------------------------------ formatting
 // the unit tables and the charts' colours come with the spec (attn_core.display: one source)
@@ -266,9 +368,8 @@ function readouts(rows) {
 
 // ------------------------------------------------------------------------------ the views
 function stateOf(model, spec, kind) {
-  const r = spec.widgets[kind];
   const state = {};
-  for (const t of [...Object.values(r.inputs), ...Object.values(r.switches)]) state[t] = model.get(t);
+  for (const t of stateTraits(spec.widgets[kind])) state[t] = model.get(t);
   return state;
 }
 
@@ -678,145 +779,264 @@ function explorerView(model, root, spec) {
   };
 }
 
-// the training step: does one data-parallel rank's step fit in the accelerator's memory?
-function fitView(model, root, spec) {
-  const controls = el("div", { class: "al-controls" });
-  const add = (w) => controls.appendChild(w);
-  const names = Object.keys(spec.fit_models);
-  // tensor parallelism splits heads, key/value heads and FFN columns: its degree must divide H, H_kv and F
-  const tpDegrees = (a) => divisors(a.H, 64).filter((k) => a.H_kv % k === 0 && a.F % k === 0);
-  const preset = selectControl("model", names.map((k) => [k, k]), (name) => {
-    const arch = spec.fit_models[name];
-    const tp = Number(model.get("tp"));
-    commit(model, { model: name, ...arch, tp: tpDegrees(arch).includes(tp) ? tp : 1 });
+// the training step: does it fit on the accelerators, and if not, the cheapest change that makes it fit
+const PHASE_NAMES = { forward: "end of forward (the loss)", forward_last: "the loss, last pipeline stage",
+  backward: "backward (the last block)", backward_end: "end of backward", step: "optimizer step" };
+const FIT_ITEMS = [["weights", "weights"], ["gradients", "gradients"], ["optimizer", "optimizer state"],
+  ["activations", "activations"], ["logits", "logits and loss"], ["buffers", "buffers"]];
+
+// one horizontal bar of the items at the peak (HTML: it reads at any width), a line at the memory
+function fitBar(v, state, spec) {
+  const top = Math.max(v.total_bytes, v.mem_bytes) * 1.04;
+  const pct = (x) => `${((100 * x) / top).toFixed(2)}%`;
+  const segs = FIT_ITEMS.filter(([key]) => v[`${key}_bytes`] > 0).map(([key, label]) => {
+    const x = v[`${key}_bytes`];
+    return `<div class="al-seg" style="width:${pct(x)};background:${COLORS[key]}" title="${esc(`${label}: ${fmtMem(x, state, spec)}`)}"></div>`;
   });
-  preset.wrap.classList.add("al-wide");
-  add(preset.wrap);
-  const N = rangeControl("N", { min: 8, max: 20, step: 0.25, title: "sequence length, log scale", onInput: (x) => commit(model, { N: Math.round(2 ** x) }) });
-  add(N.wrap);
-  const B = rangeControl("B", { min: 1, max: 32, step: 1, title: "micro-batch: sequences per rank and step", onInput: (x) => commit(model, { B: x }) });
-  add(B.wrap);
-  const dp = rangeControl("DP ranks", { min: 0, max: 12, step: 1, title: "data-parallel ranks, log scale", onInput: (x) => commit(model, { dp_ranks: 2 ** x }) });
-  add(dp.wrap);
-  const tp = selectControl("TP degree", [[1, "1"]], (x) => commit(model, { tp: Number(x) }));
-  tp.input.title = "tensor-parallel ranks: each keeps H/t heads, F/t FFN columns and 1/t of every matrix";
-  add(tp.wrap);
-  const seq = checkControl("sequence parallel (norms, residual split by TP)", (v) => commit(model, { sequence_parallel: v }));
-  add(seq.wrap);
-  const cp = selectControl("CP degree", [1, 2, 4, 8, 16, 32, 64].map((k) => [k, String(k)]), (x) => commit(model, { cp: Number(x) }));
-  cp.input.title = "context-parallel ranks (ring attention): each keeps N/c tokens";
-  add(cp.wrap);
-  const mem = rangeControl("memory", { min: 8, max: 192, step: 8, title: "accelerator memory, GiB", onInput: (x) => commit(model, { mem_gib: x }) });
-  add(mem.wrap);
-  const menu = (label, sw, trait, text) => {
-    const s = selectControl(label, Object.keys(spec.switches[sw]).map((k) => [k, text ? text(k) : k]), (v) => commit(model, { [trait]: trait === "zero_stage" ? Number(v) : v }));
-    add(s.wrap);
+  const side = (x) => (x / top > 0.6 ? "al-left" : "");
+  return `<div class="al-hbar" role="img" aria-label="${esc(`the items at the peak, ${fmtMem(v.total_bytes, state, spec)}, against the memory, ${fmtMem(v.mem_bytes, state, spec)}`)}">`
+    + `<div class="al-track">${segs.join("")}</div>`
+    + `<div class="al-memline" style="left:${pct(v.mem_bytes)}"></div>`
+    + `<span class="al-memlabel ${side(v.mem_bytes)}" style="left:${pct(v.mem_bytes)}">memory ${esc(fmtMem(v.mem_bytes, state, spec))}</span>`
+    + `<span class="al-peaklabel ${side(v.total_bytes)}" style="left:${pct(v.total_bytes)}">peak ${esc(fmtMem(v.total_bytes, state, spec))}</span></div>`;
+}
+
+function fitView(model, root, spec) {
+  const F = spec.fit;
+  const sw = spec.switches;
+  const top = el("div", { class: "al-controls" });
+  const more = el("div", { class: "al-controls" });
+  const menu = (box, label, options, trait, text, cast) => {
+    const s = selectControl(label, options.map((k) => [k, text ? text(k) : String(k)]), (x) => commit(model, { [trait]: cast ? cast(x) : x }));
+    box.appendChild(s.wrap);
     return s;
   };
-  const precision = menu("precision", "precision", "precision", (k) => (k === "bf16_mixed" ? "bf16 mixed (fp32 master)" : k));
-  const optimizer = menu("optimizer", "optimizer", "optimizer", (k) => ({ adamw: "AdamW", sgd_momentum: "SGD + momentum", sgd: "SGD" }[k] || k));
-  const zero = menu("ZeRO", "zero", "zero_stage", (k) => `stage ${k}`);
-  const recompute = menu("recompute", "recompute", "recompute");
-  const attention = menu("attention", "attention", "attention");
-  const drop = checkControl("dropout (1-byte masks)", (v) => commit(model, { dropout: v }));
-  add(drop.wrap);
-  const info = el("div", { class: "al-note" });
+  const check = (box, label, trait) => {
+    const c = checkControl(label, (x) => commit(model, { [trait]: x }));
+    box.appendChild(c.wrap);
+    return c;
+  };
+  // tensor parallelism splits heads and key/value heads; a pipeline the layers
+  const tpDegrees = (f) => divisors(f.num_heads, 64).filter((k) => f.num_kv_heads % k === 0);
+  const ppDegrees = (f) => divisors(f.num_layers, 64);
+  const keepDegrees = (f) => ({
+    tp: tpDegrees(f).includes(Number(model.get("tp"))) ? Number(model.get("tp")) : 1,
+    pp: ppDegrees(f).includes(Number(model.get("pp"))) ? Number(model.get("pp")) : 1,
+  });
+
+  // the model: a preset, or a pasted config.json read in the page
+  let pasted = null;
+  const names = Object.keys(F.models);
+  const preset = selectControl("model", [...names.map((k) => [k, k]), [F.pasted, "paste a config.json ..."]], (name) => {
+    if (name !== F.pasted) {
+      commit(model, { model: name, config: {}, ...keepDegrees(F.models[name]) });
+    } else if (pasted) {
+      commit(model, { model: F.pasted, config: pasted, ...keepDegrees(readModelConfig(pasted, F)) });
+    } else {
+      paste.open = true;
+      area.focus();
+    }
+  });
+  preset.wrap.classList.add("al-wide");
+  top.appendChild(preset.wrap);
+  const area = el("textarea", { rows: "5", spellcheck: "false", "aria-label": "config.json",
+    placeholder: '{"model_type": "qwen2", "hidden_size": 3584, ...}: a config.json from a model\'s page on the Hugging Face Hub' });
+  const pasteError = el("div", { class: "al-error", role: "alert" });
+  const paste = el("details", { class: "al-paste" }, [el("summary", { text: "Paste a config.json (any model of the families below)" }), area, pasteError]);
+  paste.appendChild(el("div", { class: "al-note", text: `Read in the page by the rules Python reads: ${Object.keys(F.hf_families).join(", ")}.` }));
+  area.addEventListener("input", () => {
+    const text = area.value.trim();
+    if (!text) return void (pasteError.textContent = "");
+    try {
+      const cfg = JSON.parse(text);
+      const fields = readModelConfig(cfg, F);
+      pasted = cfg;
+      pasteError.textContent = "";
+      commit(model, { model: F.pasted, config: cfg, ...keepDegrees(fields) });
+    } catch (err) {
+      pasteError.textContent = err instanceof SyntaxError ? `not JSON yet: ${err.message}` : err.message;
+    }
+  });
+
+  const N = rangeControl("N", { min: 8, max: 20, step: 0.25, title: "sequence length, tokens (log scale)", onInput: (x) => commit(model, { N: Math.round(2 ** x) }) });
+  top.appendChild(N.wrap);
+  const B = rangeControl("batch", { min: 1, max: 64, step: 1, title: "micro-batch: sequences per GPU and step", onInput: (x) => commit(model, { B: x }) });
+  top.appendChild(B.wrap);
+  const memIn = el("input", { type: "number", min: "0.1", step: "any", "aria-label": "memory per GPU", inputmode: "decimal" });
+  const unit = el("select", { "aria-label": "memory unit" }, Object.keys(sw.mem_unit).map((k) => el("option", { value: k, text: k })));
+  memIn.addEventListener("change", () => {
+    const x = Number(memIn.value);
+    if (x > 0) commit(model, { mem: x });
+  });
+  unit.addEventListener("change", () => commit(model, { mem_unit: unit.value }));
+  top.appendChild(el("div", { class: "al-control al-select", title: "memory per GPU, as its maker writes it (GB, 10^9 bytes: an 80 GB card is 74.5 GiB) or in GiB" },
+    [el("label", { text: "memory" }), el("span", { class: "al-mem" }, [memIn, unit])]));
+  const dp = rangeControl("GPUs", { min: 0, max: 10, step: 1, title: "data-parallel GPUs (log scale); TP, CP and PP multiply them", onInput: (x) => commit(model, { dp: 2 ** x }) });
+  top.appendChild(dp.wrap);
+  const zero = menu(top, "ZeRO", Object.keys(sw.zero), "zero", (k) => ({ 0: "none (DDP)", 1: "1: optimizer", 2: "2: + gradients", 3: "3: + weights (FSDP)" }[k]), Number);
+  const recompute = menu(top, "recompute", Object.keys(sw.recompute), "recompute", (k) => ({ none: "none", selective: "selective (attention core)", per_op: "selective, per op", full: "full (block input)" }[k] || k));
+  const finetune = menu(top, "training", Object.keys(sw.finetune), "finetune", (k) => ({ full: "full training", lora: "LoRA", qlora: "QLoRA (4-bit base)" }[k] || k));
+
+  // more settings, folded
+  const precision = menu(more, "precision", Object.keys(sw.precision), "precision", (k) => ({ bf16_mixed: "bf16 mixed (fp32 master)", megatron: "bf16, fp32 grads (Megatron)", fp32_params: "fp32 params, bf16 compute", bf16_pure: "pure bf16", fp32: "fp32" }[k] || k));
+  const optimizer = menu(more, "optimizer", Object.keys(sw.optimizer), "optimizer", (k) => ({ adamw: "AdamW", adamw_8bit: "AdamW 8-bit", adamw_4bit: "AdamW 4-bit", sgd_momentum: "SGD + momentum", sgd: "SGD" }[k] || k));
+  const impl = menu(more, "opt. step", Object.keys(sw.optimizer_impl), "optimizer_impl", (k) => ({ fused: "fused", foreach: "foreach (a copy)" }[k] || k));
+  const inBwd = check(more, "step in backward", "optimizer_in_backward");
+  const tp = menu(more, "TP", [1], "tp", null, Number);
+  tp.input.setAttribute("aria-label", "TP degree");
+  const seq = check(more, "sequence parallel", "sequence_parallel");
+  const cp = menu(more, "CP", [1, 2, 4, 8, 16, 32, 64], "cp", null, Number);
+  cp.input.setAttribute("aria-label", "CP degree");
+  const pp = menu(more, "PP", [1], "pp", null, Number);
+  pp.input.setAttribute("aria-label", "PP degree");
+  const attention = menu(more, "attention", Object.keys(sw.attention), "attention", (k) => ({ fused: "fused (FlashAttention)", eager: "eager (N x N kept)" }[k] || k));
+  const kernels = menu(more, "kernels", Object.keys(sw.kernels), "kernels", (k) => ({ eager: "eager (Hugging Face)", eager_repeat_kv: "eager, K, V repeated", compiled: "compiled" }[k] || k));
+  const loss = menu(more, "loss", Object.keys(sw.loss), "loss", (k) => ({ fp32: "fp32 logits", fp32_kept: "fp32 logits, kept", chunked: "chunked", chunked_compiled: "chunked, compiled", fused: "fused (no logits)" }[k] || k));
+  const offload = check(more, "offload checkpoints", "offload");
+  const drop = check(more, "dropout", "dropout");
+  const rank = menu(more, "LoRA rank", [4, 8, 16, 32, 64, 128, 256], "lora_rank", null, Number);
+  const quantize = menu(more, "QLoRA base", Object.keys(sw.quantize), "quantize", (k) => ({ adapted: "adapted matrices 4-bit", all: "every matrix 4-bit" }[k] || k));
+  const targets = {};
+  const targetBox = el("span", { class: "al-targets" });
+  for (const m of F.lora_modules) {
+    const box = el("input", { type: "checkbox", "aria-label": `LoRA on ${m}` });
+    box.addEventListener("change", () => {
+      const now = new Set(model.get("lora_modules"));
+      if (box.checked) now.add(m);
+      else if (now.size > 1) now.delete(m);
+      commit(model, { lora_modules: F.lora_modules.filter((x) => now.has(x)) });
+    });
+    targets[m] = box;
+    targetBox.appendChild(el("label", {}, [box, el("span", { text: m })]));
+  }
+  more.appendChild(el("div", { class: "al-control al-wide al-select" }, [el("label", { text: "LoRA on" }), targetBox]));
+  // any other menu of training_memory: a plain menu (or a box for true / false)
+  const shown = new Set(["precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "sequence_parallel",
+    "attention", "kernels", "loss", "offload", "dropout", "recompute", "finetune", "zero", "quantize", "mem_unit"]);
+  const others = Object.entries(spec.widgets.fit.switches).filter(([, trait]) => !shown.has(trait)).map(([menuName, trait]) => {
+    const opts = Object.keys(sw[menuName]);
+    const label = trait.replace(/_/g, " ");
+    const bool = opts.length === 2 && opts.includes("true") && opts.includes("false");
+    return [trait, bool, bool ? check(more, label, trait) : menu(more, label, opts, trait)];
+  });
+  const moreBox = el("details", { class: "al-more" }, [el("summary", { text: "More settings: precision, optimizer, TP, CP, PP, kernels, loss, LoRA" }), more]);
+
+  const verdict = el("div", { class: "al-verdict", role: "status" });
+  const bar = el("div", { class: "al-barbox" });
+  const legend = el("div", { class: "al-legend" });
+  const spans = {};
+  for (const [key, label] of FIT_ITEMS) {
+    const span = el("span", { "data-key": `${key}_bytes` });
+    spans[key] = span;
+    legend.appendChild(el("span", { class: "al-item" }, [el("i", { style: `background:${COLORS[key]}` }), el("span", { text: `${label} ` }), span]));
+  }
+  const advice = el("div", { class: "al-advice" });
+  let now = null;  // the state shown: the readouts write bytes in its memory unit
+  const mem = (x) => fmtMem(x, now, spec);
   const ro = readouts([
-    ["devices", "ranks in all (DP x TP x CP)", fmtInt],
-    ["params_per_rank", "parameters per rank", fmtInt],
-    ["weights_bytes", "weights per rank", fmtBytes],
-    ["gradients_bytes", "gradients per rank", fmtBytes],
-    ["optimizer_bytes", "optimizer state per rank", fmtBytes],
-    ["layer_bytes", "activations of one block", fmtBytes],
-    ["activations_bytes", "activations of L blocks", fmtBytes],
-    ["total_bytes", "total per rank", fmtBytes],
-    ["mem_bytes", "accelerator memory", fmtBytes],
-    ["fits", "fits?", (x) => (x ? "yes" : "no")],
-    ["n_max", "longest N that fits", (x) => (x === null ? "n/a" : fmtInt(Math.floor(x)))],
+    ["total_bytes", "peak per GPU", mem],
+    ["state_bytes", "training state alone (no token)", mem],
+    ["n_max", "longest N that fits", (x) => (x === null || x < 1 ? "none" : `${fmtInt(fitLongestN({ n_max: x }, now))} tokens`)],
+    ["params", "parameters", fmtInt],
+    ["params_per_rank", "parameters per GPU", fmtInt],
+    ["devices", "GPUs in all (DP x TP x CP x PP)", fmtInt],
   ]);
-  const figs = el("div", { class: "al-figures" });
-  const changes = el("div");
-  root.append(el("div", { class: "al-title", text: "Does it fit? One rank's share of a training step" }), controls, info, ro.box, figs, changes);
-  const PARTS = [["weights", "weights_bytes", COLORS.weights], ["gradients", "gradients_bytes", COLORS.gradients], ["optimizer state", "optimizer_bytes", COLORS.optimizer], ["activations", "activations_bytes", COLORS.activations]];
+  const phases = el("div", { class: "al-phases" });
+  const info = el("div", { class: "al-note" });
+  root.append(el("div", { class: "al-title", text: "Does it fit? A training step on your GPUs" }), top, paste, moreBox,
+    verdict, bar, legend, advice, ro.box, phases, info);
+
   return {
     update(state) {
-      preset.input.value = model.get("model");
+      const name = model.get("model");
+      preset.input.value = name;
+      preset.input.options[preset.input.options.length - 1].textContent = state.config && Object.keys(state.config).length
+        ? `config.json: ${readModelConfig(state.config, F).name}` : "paste a config.json ...";
+      let fields;
+      try {
+        fields = fitModelFields(spec, state.model, state.config);
+      } catch (err) {
+        verdict.textContent = err.message;
+        return;
+      }
       N.input.value = String(Math.log2(state.N));
       N.out.textContent = fmtTokens(state.N);
       B.input.value = String(state.B);
       B.out.textContent = String(state.B);
-      dp.input.value = String(Math.round(Math.log2(state.dp_ranks)));
-      dp.out.textContent = String(state.dp_ranks);
-      mem.input.value = String(state.mem_gib);
-      mem.out.textContent = `${state.mem_gib} GiB`;
+      if (document.activeElement !== memIn) memIn.value = String(state.mem);
+      unit.value = state.mem_unit;
+      dp.input.value = String(Math.round(Math.log2(state.dp)));
+      dp.out.textContent = String(state.dp);
+      zero.input.value = String(state.zero);
+      recompute.input.value = state.recompute;
+      finetune.input.value = state.finetune;
       precision.input.value = state.precision;
       optimizer.input.value = state.optimizer;
-      zero.input.value = String(state.zero_stage);
-      recompute.input.value = state.recompute;
-      attention.input.value = state.attention;
-      drop.input.checked = !!state.dropout;
-      const degrees = tpDegrees(state);
-      if (tp.input.options.length !== degrees.length || degrees.some((k, i) => Number(tp.input.options[i].value) !== k)) {
-        tp.input.replaceChildren(...degrees.map((k) => el("option", { value: k, text: String(k) })));
+      impl.input.value = state.optimizer_impl;
+      inBwd.input.checked = !!state.optimizer_in_backward;
+      for (const [menuOf, degrees, value] of [[tp, tpDegrees(fields), state.tp], [pp, ppDegrees(fields), state.pp]]) {
+        if (menuOf.input.options.length !== degrees.length || degrees.some((k, i) => Number(menuOf.input.options[i].value) !== k)) {
+          menuOf.input.replaceChildren(...degrees.map((k) => el("option", { value: k, text: String(k) })));
+        }
+        menuOf.input.value = String(value);
       }
-      tp.input.value = String(state.tp);
       seq.input.checked = !!state.sequence_parallel;
       cp.input.value = String(state.cp);
+      attention.input.value = state.attention;
+      kernels.input.value = state.kernels;
+      loss.input.value = state.loss;
+      offload.input.checked = !!state.offload;
+      drop.input.checked = !!state.dropout;
+      rank.input.value = String(state.lora_rank);
+      for (const [trait, bool, c] of others) {
+        if (bool) c.input.checked = !!state[trait];
+        else c.input.value = String(state[trait]);
+      }
+      quantize.input.value = state.quantize;
+      for (const [m, box] of Object.entries(targets)) {
+        box.checked = state.lora_modules.includes(m);
+        box.disabled = (m === "gate" && fields.ffn !== "swiglu") || (fields.num_experts > 0 && ["gate", "up", "down"].includes(m));
+      }
+
       const v = computeValues(spec, "fit", state);
+      now = state;
+      const said = fitVerdict(v, state, spec);
+      verdict.textContent = said.text;
+      verdict.setAttribute("data-verdict", said.kind);
+      bar.innerHTML = fitBar(v, state, spec);
+      for (const [key, span] of Object.entries(spans)) {
+        const x = v[`${key}_bytes`];
+        span.textContent = fmtMem(x, state, spec);
+        span.setAttribute("data-value", String(x));
+        span.parentElement.style.display = x > 0 ? "" : "none";
+      }
       ro.update(v);
-      info.textContent = `${model.get("model")}: ${state.params.toLocaleString("en-US")} parameters, L = ${state.L}, d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, ${state.ffn} FFN of width ${state.F}, ${state.norm}.`
-        + (Number(state.zero_stage) === 0 ? " ZeRO stage 0 shards nothing: the DP ranks do not change a rank's memory."
-          : ` ZeRO shards the training state over the ${fmtInt(state.dp_ranks * state.cp)} DP x CP ranks, which hold the same weights.`)
-        + (Number(state.cp) > 1 && state.attention === "eager" ? " With eager attention each CP rank keeps N/c rows of every N x N item; a ring with a fused kernel keeps none." : "")
-        + (state.sequence_parallel && Number(state.tp) === 1 ? " Sequence parallelism splits over the TP ranks: with TP degree 1 it changes nothing." : "")
-        + ((Number(state.cp) > 1 || (state.sequence_parallel && Number(state.tp) > 1)) && state.N % (Number(state.cp) * (state.sequence_parallel ? Number(state.tp) : 1)) !== 0
-          ? " N does not split evenly over the ranks: the values are their average." : "")
-        + " DeepSeek-V2 (MLA, mixture of experts) is not offered: its block is not the one this ledger counts."
-        + " Not counted: embeddings' and loss activations, temporary and communication buffers, fragmentation; no pipeline parallelism.";
-      const bars = [
-        { label: `one of ${fmtInt(v.devices)} ranks`, parts: PARTS.map(([label, key, color]) => ({ label, color, value: v[key] })) },
-        { label: "accelerator", parts: [{ label: "memory", color: COLORS.memory, value: v.mem_bytes }] },
-      ];
-      const legend = [...PARTS.map(([label, , color]) => ({ label, color })), { label: "accelerator memory", color: COLORS.memory }];
-      const pts = sweep(spec, "fit", state, 256, 1048576);
-      const total = pts.map(([n, p]) => [n, p.total_bytes]);
-      const fixed = pts.map(([n, p]) => [n, p.total_bytes - p.activations_bytes]);
-      const [ymin, ymax] = logRange([...total.map((p) => p[1]), ...fixed.map((p) => p[1]), v.mem_bytes]);
-      figs.innerHTML = stackedBars({ w: 400, h: 310, bars, legend, ylabel: "memory", title: `N = ${fmtTokens(state.N)}, B = ${state.B}: ${v.fits ? "fits" : "does not fit"}` })
-        + lineChart({
-          w: 540, h: 310, xlog: true, ylog: true, xmin: 256, xmax: 1048576, ymin, ymax,
-          title: "memory per rank against N", xlabel: "sequence length N (tokens, log scale)", ylabel: "memory per rank (log)",
-          xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 2, 7, (y) => fmtBytes(y, true)),
-          hlines: [{ y: v.mem_bytes, color: "#111" }],
-          series: [
-            { label: "total per rank", color: COLORS.eager, pts: total },
-            { label: "weights + gradients + optimizer", color: COLORS.X, dash: "6 3", pts: fixed },
-          ],
-          vlines: [
-            { x: v.n_max || null, label: `longest N = ${fmtInt(v.n_max ? Math.floor(v.n_max) : null)}`, color: COLORS.mark },
-            { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
-          ],
-        });
-      // one block, item by item, and what each switch would change (same formulas, other states)
-      const items = Object.keys(v).filter((k) => k.startsWith("item.") && v[k] > 0);
-      const rows = items.map((k) => `<tr><td>${esc(k.slice(5))}</td><td>${fmtBytes(v[k])}</td></tr>`).join("");
-      const alt = (ch) => computeValues(spec, "fit", { ...state, ...ch });
-      const row = (label, opts, trait) => `<tr><td>${esc(label)}</td>${opts.map((o) => {
-        const w = alt({ [trait]: o });
-        const now = String(state[trait]) === String(o);
-        return `<td${now ? " style=\"font-weight:600\"" : ""}>${esc(String(o))}: ${fmtBytes(w.total_bytes)}, longest N ${fmtInt(w.n_max === null ? null : Math.floor(w.n_max))}</td>`;
-      }).join("")}</tr>`;
-      changes.innerHTML = `<table><tr><th>one block's item</th><th>bytes</th></tr>${rows}</table>`
-        + `<div class="al-note">What each switch changes (total per rank, longest N; the current choice in bold):</div><table>`
-        + row("recompute", Object.keys(spec.switches.recompute), "recompute")
-        + row("attention", Object.keys(spec.switches.attention), "attention")
-        + row("ZeRO stage", [0, 1, 2, 3], "zero_stage")
-        + row("TP degree", degrees.filter((k) => k <= 16), "tp")
-        + row("sequence parallel", [false, true], "sequence_parallel")
-        + row("CP degree", [1, 2, 4, 8], "cp")
-        + row("optimizer", Object.keys(spec.switches.optimizer), "optimizer")
-        + row("precision", Object.keys(spec.switches.precision), "precision")
-        + "</table>";
+      const longest = fitLongestN(v, state);
+      const at = `The peak: ${PHASE_NAMES[F.phases[v.peak_phase]] || F.phases[v.peak_phase]}.`;
+      if (v.fits) {
+        advice.setAttribute("data-change", "none");
+        advice.textContent = `Nothing to change. ${at}`;
+      } else {
+        const { tried, best } = cheapestChange(spec, state);
+        advice.setAttribute("data-change", best ? JSON.stringify(best.change) : "none");
+        advice.innerHTML = (best
+          ? `<b>Cheapest change that makes it fit:</b> ${esc(best.label)} (${esc(best.cost)}): ${esc(fmtMem(best.peak, state, spec))} at the peak.`
+          : `<b>No single change below makes it fit:</b> combine them, or add GPUs.${tried.length ? ` Closest: ${esc(tried.reduce((a, b) => (b.peak < a.peak ? b : a)).label)}.` : ""}`)
+          + ` ${at}`
+          + (v.state_bytes > v.mem_bytes ? " No sequence length fits as it is: the training state alone is over."
+            : ` As it is, the longest N that fits is ${fmtInt(longest)} tokens.`)
+          + (tried.length ? `<details><summary>Changes tried, cheapest first (${tried.length})</summary><table>${tried.map((t) => `<tr><td>${esc(t.label)}</td><td>${esc(fmtMem(t.peak, state, spec))}</td><td>${t.fits ? "fits" : "over"}</td></tr>`).join("")}</table></details>` : "");
+      }
+      // each phase's total (the last pipeline stage's only with a pipeline)
+      const rows = F.phases.map((p, i) => [p, i]).filter(([p]) => p !== "forward_last" || Number(state.pp) > 1);
+      phases.innerHTML = `<table><tr><th>the step's phases</th><th>total</th></tr>${rows.map(([p, i]) => `<tr${i === v.peak_phase ? ' class="al-peak"' : ""}><td>${esc(PHASE_NAMES[p] || p)}${i === v.peak_phase ? " (peak)" : ""}</td><td data-key="phase.${p}" data-value="${v[`phase.${p}`]}">${esc(fmtMem(v[`phase.${p}`], state, spec))}</td></tr>`).join("")}</table>`;
+      const moe = fields.num_experts ? `, ${fields.num_experts} experts (${fields.experts_per_token} a token)` : "";
+      const mla = fields.kv_lora_rank ? ", MLA" : "";
+      info.textContent = `${name === F.pasted ? `${fields.name} (pasted)` : name}: L = ${fields.num_layers}, d = ${fields.d_model}, H = ${fields.num_heads}, H_kv = ${fields.num_kv_heads}, vocabulary ${fmtInt(fields.vocab_size)}${moe}${mla}.`
+        + " Per GPU, on the busiest: the step's peak over its phases (end of forward, backward, optimizer step)."
+        + (state.cp > 1 && state.N % state.cp ? " N does not split evenly over the CP ranks: the values are their average." : "")
+        + (fields.num_experts && state.finetune !== "full" ? " LoRA adapts the attention of a mixture of experts only." : "")
+        + " Not counted: the CUDA context, the allocator's cache, communication libraries' buffers.";
     },
   };
 }
@@ -849,7 +1069,7 @@ function render({ model, el: host }) {
       root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(2));
     });
   };
-  const traits = new Set([...Object.values(spec.widgets[kind].inputs), ...Object.values(spec.widgets[kind].switches), "model"]);
+  const traits = new Set([...stateTraits(spec.widgets[kind]), "model"]);
   for (const t of traits) model.on(`change:${t}`, refresh);
   refresh();
   return () => {

@@ -8,14 +8,16 @@ may first need ``from google.colab import output; output.enable_custom_widget_ma
   memory crossover.
 * :class:`FlopsWidget` (chapter 6): linear against quadratic FLOPs of one layer, the
   quadratic share against N, and the crossovers N* = 6d (with the FFN) and 2d (without).
-* :class:`FitWidget` (the training step): does one training step of a preset fit on one
-  accelerator (weights, gradients, optimizer state with ZeRO, and L blocks of activations)?
+* :class:`FitWidget` (the training step): does a training step of a preset, or of any model whose
+  config.json is pasted into the page, fit on its accelerators (every term of
+  :func:`attn_core.training.training_memory`, whose options are its traits), and if not, which single
+  change, cheapest first, makes it fit?
 * :class:`Explorer` (chapter 7): one model (presets of real ones from
   :data:`attn_core.kv_cache.MODELS`) at N tokens: both crossovers, activations per layer
   and for L layers, the KV cache, the state of linear attention, and a time crossover
   measured on the reader's machine.
 
-The package has one module per widget (``memory``, ``flops_widget``, ``explorer``) beside
+The package has one module per widget (``memory``, ``flops_widget``, ``explorer``, ``fit``) beside
 what they share (``_spec``: the spec and the exact evaluation; ``_base``; ``_plot``).
 
 **One formula, evaluated twice.** Nothing is computed from formulas typed again in
@@ -23,8 +25,10 @@ JavaScript. Every value a widget shows comes from :func:`attn_core.formulas.widg
 calls the library's one definition of each formula: Python calls it with exact Fractions, and
 ``make formulas`` calls it with SymPy symbols and prints the
 result, with SymPy's JavaScript printer, into ``static/formulas.js``, which the page loads with
-the widgets' module. :func:`formula_spec` only says which symbol each slider and menu sets. The
-tests check that the generated file is current and (with Node.js) that the page's numbers equal
+the widgets' module (and ``static/hf_config.js``, the page's reader of a config.json, which applies
+the rules of ``static/hf_families.json`` as :meth:`attn_core.models.ModelConfig.from_hf_config`
+does). :func:`formula_spec` only says which symbol each slider and menu sets. The tests check
+that the generated file is current and (with Node.js) that the page's numbers equal
 Python's over a grid of inputs.
 
 The front end draws its own controls and an inline SVG figure (no CDN, no build step) and

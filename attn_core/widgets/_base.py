@@ -7,14 +7,23 @@ import copy
 import anywidget
 import traitlets
 
-from ._spec import _SPEC, _STATIC, _log_grid, compute_values
+from ._spec import _STATIC, _log_grid, compute_values, widget_spec
+
+#: the files of the widgets' one ES module, in order (the "does it fit" widget's adds the page's reader of
+#: a config.json, static/hf_config.js, before the views: the other widgets' saved states stay without it)
+ESM_FILES = ("formulas.js", "ledger_widgets.js")
+
+
+def esm(*files: str) -> str:
+    """The widgets' ES module: the generated formulas, ``files``, then the views."""
+    return "\n".join((_STATIC / f).read_text() for f in (ESM_FILES[0], *files, ESM_FILES[1]))
 
 
 class _LedgerWidget(anywidget.AnyWidget):
     """Shared machinery: the spec trait, the ``values`` observer, the front end."""
 
     # the formulas SymPy printed (static/formulas.js), then the views that use them: one module
-    _esm = (_STATIC / "formulas.js").read_text() + "\n" + (_STATIC / "ledger_widgets.js").read_text()
+    _esm = esm()
     _css = _STATIC / "ledger_widgets.css"
     _kind = ""
     _inputs: tuple[str, ...] = ()
@@ -26,7 +35,7 @@ class _LedgerWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.set_trait("kind", self._kind)
-        self.set_trait("spec", copy.deepcopy(_SPEC))
+        self.set_trait("spec", copy.deepcopy(widget_spec(self._kind)))
         self._update_values()
         self.observe(self._on_input, names=list(self._inputs))
 

@@ -6,13 +6,15 @@ The formulas themselves are in :mod:`attn_core.formulas`: Python calls them with
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import pathlib
 from fractions import Fraction
 
-from .. import formulas, kv_cache, ledger
+from .. import formulas, kv_cache, ledger, models, training
 from ..display import COLORS, UNITS, fmt_bytes, fmt_flops, fmt_tokens  # noqa: F401 - the widgets' formats
-from ..symbols import SWITCHES, SYMBOLS
+from ..symbols import MODEL_MENUS, MODEL_SYMBOLS, SWITCHES, SYMBOLS
 
 _STATIC = pathlib.Path(__file__).parents[1] / "static"
 DEFAULT_MODEL = "3.6B worked example (d=3072, H=24)"
@@ -45,12 +47,47 @@ def model_traits(model: kv_cache.ModelConfig) -> dict:
     }
 
 
-def fit_traits(model: kv_cache.ModelConfig) -> dict:
-    """The "does it fit" traits a preset sets (models with per-head K and V and D = d / H)."""
-    return {"params": model.num_params(), "params_replicated": model.tp_replicated_params(),
-            "L": model.num_layers, "d": model.d_model, "H": model.num_heads,
-            "H_kv": model.num_kv_heads, "F": model.ffn_dim, "norm": model.norm,
-            "ffn": "gelu" if model.ffn == "mlp" else "swiglu"}
+#: the "does it fit" widget's presets: the models of MODELS with a vocabulary (the logits need one)
+FIT_MODELS = {name: m for name, m in kv_cache.MODELS.items() if m.vocab_size}
+#: the model menu's entry for a pasted config.json (the widget's ``config`` trait)
+PASTED = "config.json"
+
+
+def model_fields(model: kv_cache.ModelConfig) -> dict:
+    """A ModelConfig's fields as JSON (what the page's reader of a config.json gives, and the name)."""
+    return {k: v for k, v in dataclasses.asdict(model).items() if k != "source"}
+
+
+def fit_model(preset: str, config: dict | None) -> kv_cache.ModelConfig:
+    """The model of a "does it fit" state: the pasted config.json when there is one, else the preset."""
+    if config:
+        return kv_cache.ModelConfig.from_hf_config(config)
+    if preset not in FIT_MODELS:
+        raise ValueError(f"model must be one of {list(FIT_MODELS)} (or {PASTED!r} with a config), "
+                         f"got {preset!r}")
+    return FIT_MODELS[preset]
+
+
+def _fit_spec() -> dict:
+    """What the "does it fit" page needs besides the formulas: the presets' fields, the rules that read a
+    config.json (static/hf_families.json, notes left out), ModelConfig's defaults and the fields it checks,
+    the table from fields to symbols, LoRA's targets and the phases of a step."""
+    families = {k: {f: r for f, r in v.items() if f != "_note"}
+                for k, v in json.loads(models.HF_FAMILIES_FILE.read_text()).items() if not k.startswith("_")}
+    defaults = {f.name: f.default for f in dataclasses.fields(kv_cache.ModelConfig)
+                if f.default is not dataclasses.MISSING}
+    return {
+        "models": {name: model_fields(m) for name, m in FIT_MODELS.items()},
+        "pasted": PASTED,
+        "hf_families": families,
+        "field_defaults": defaults,
+        "required": list(models.REQUIRED_FIELDS),
+        "expert_fields": list(models.EXPERT_FIELDS),
+        "model_symbols": dict(MODEL_SYMBOLS),
+        "model_menus": dict(MODEL_MENUS),
+        "lora_modules": list(training.LORA_MODULES),
+        "phases": list(formulas.PHASES),
+    }
 
 
 def _ledger_items() -> list[list]:
@@ -87,15 +124,18 @@ def _widget_recipes() -> dict:
         "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal"},
         "constants": {},
     }
-    # the "does it fit" widget (fit.py); its dropout masks are bool (1 byte), as on a CUDA accelerator
+    # the "does it fit" widget (fit.py): training_memory's options, a model (a preset or a pasted
+    # config.json, whose fields set the model's symbols), LoRA's targets (members of a list), and the
+    # CUDA device (training_memory's default)
     fit = {
-        "inputs": {"B": "B", "N": "N", "P_w": "params", "L": "L", "d": "d", "H": "H", "H_kv": "H_kv",
-                   "F": "F", "N_d": "dp_ranks", "M_gib": "mem_gib", "t": "tp", "c": "cp",
-                   "P_rep": "params_replicated"},
-        "switches": {"precision": "precision", "optimizer": "optimizer", "zero": "zero_stage",
-                     "recompute": "recompute", "attention": "attention", "dropout": "dropout",
-                     "norm": "norm", "ffn_kind": "ffn", "sequence_parallel": "sequence_parallel"},
-        "constants": {},
+        "inputs": {"B": "B", "N": "N", "M_mem": "mem", "N_d": "dp", "t": "tp", "c": "cp", "pp": "pp",
+                   "r_lora": "lora_rank"},
+        "switches": {**{menu: name for name, (menu, _) in training.TRAINING_OPTIONS.items()
+                        if name != "device"},
+                     "zero": "zero", "quantize": "quantize", "mem_unit": "mem_unit"},
+        "constants": dict(SWITCHES["device"]["cuda"]),
+        "members": {"lora_modules": dict(formulas.LORA_SYMBOLS)},
+        "model": {"preset": "model", "config": "config"},
     }
     return {"memory": memory, "flops": flops_w, "explorer": explorer, "fit": fit}
 
@@ -109,10 +149,15 @@ def formula_spec() -> dict:
     Keys:
 
     * ``widgets``: kind -> ``inputs`` (symbol -> trait), ``switches`` (menu -> trait) and
-      ``constants``; the memory widget also lists its ``items`` ([name, value key, label, part]).
+      ``constants``; the memory widget also lists its ``items`` ([name, value key, label, part]); the
+      "does it fit" widget its ``members`` (a list trait -> item -> the symbol that is 1 when the list
+      holds the item) and its ``model`` (the traits of a preset and a pasted config.json).
     * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core.symbols.SWITCHES`;
       options of booleans are the strings ``"true"`` / ``"false"``).
     * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits.
+    * ``fit``: what the "does it fit" widget needs to read a model: its presets' fields, the rules of
+      static/hf_families.json, the table of the model's symbols (:func:`_fit_spec`); only that widget's
+      own spec carries it (:func:`widget_spec`).
     * ``dtype_bytes``, ``symbols`` (what each symbol means), ``format``;
     * ``colors`` and ``units``: the charts' colours and the byte and FLOP unit tables, from
       :mod:`attn_core.display` (one source for the page and for Python's figures and formats).
@@ -131,7 +176,7 @@ def formula_spec() -> dict:
         "widgets": _widget_recipes(),
         "models": models,
         "default_model": DEFAULT_MODEL,
-        "fit_models": {name: fit_traits(m) for name, m in kv_cache.MODELS.items() if not m.is_mla},
+        "fit": _fit_spec(),
         "colors": dict(COLORS),
         "units": {k: [list(u) for u in v] for k, v in UNITS.items()},
     }
@@ -160,6 +205,12 @@ def _switch_key(value) -> str:
 def build_env(recipe: dict, state: dict, spec: dict) -> dict:
     """Symbol values for a widget recipe and a state (trait name -> value)."""
     env = {sym: _exact(v) for sym, v in recipe["constants"].items()}
+    if "model" in recipe:
+        model = fit_model(state[recipe["model"]["preset"]], state.get(recipe["model"]["config"]))
+        env.update({sym: _exact(v) for sym, v in model.symbol_values().items()})
+    for trait, members in recipe.get("members", {}).items():
+        chosen = set(state[trait])
+        env.update({sym: Fraction(int(item in chosen)) for item, sym in members.items()})
     for sym, trait in recipe["inputs"].items():
         env[sym] = _exact(state[trait])
     for switch, trait in recipe["switches"].items():
@@ -187,6 +238,13 @@ def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool
 
 
 _SPEC = formula_spec()
+
+
+def widget_spec(kind: str) -> dict:
+    """The spec a widget of ``kind`` carries in its state: :func:`formula_spec` without the symbols'
+    meanings (the page does not show them), the "fit" part only for the "does it fit" widget (every
+    widget's saved state holds its spec: notebooks stay small)."""
+    return {k: v for k, v in _SPEC.items() if k != "symbols" and (k != "fit" or kind == "fit")}
 
 
 def _log_grid(lo: float, hi: float, n: int = 121) -> list[float]:

@@ -1,149 +1,188 @@
-"""The training-step chapter's widget: does one rank's share of a training step fit on its accelerator?"""
+"""The training-step chapter's widget: does a training step fit on its accelerators, and if not, what is
+the cheapest change that makes it fit?"""
 
 from __future__ import annotations
 
 import traitlets
 
-from .. import kv_cache, ledger, training
+from .. import models, training
 from ..symbols import SWITCHES
-from ._base import _LedgerWidget
-from ._spec import fit_traits
+from ._base import _LedgerWidget, esm
+from ._spec import FIT_MODELS, PASTED, fit_model
 
-#: the presets the widget offers: models whose blocks the block ledger describes (per-head K and V,
-#: D = d / H, one dense FFN); DeepSeek-V2 (MLA, mixture of experts) is not one of them
-FIT_MODELS = {name: m for name, m in kv_cache.MODELS.items() if not m.is_mla}
 DEFAULT_FIT_MODEL = "Llama 3 8B"
-_ARCH = ("params", "L", "d", "H", "H_kv", "F", "norm", "ffn")
+#: the names the widget's traits had before it followed training_memory's options
+_RENAMED = {"zero_stage": "zero", "dp_ranks": "dp"}
 
 
-class FitWidget(_LedgerWidget):
-    """Does it fit? One rank's memory for a training step, against the accelerator's.
+#: training_memory's options the widget has as traits of the same name (its device is CUDA's)
+OPTIONS = tuple(name for name in training.TRAINING_OPTIONS if name != "device")
 
-    ``FitWidget(model="Llama 3 8B", N=4096, B=1, precision="bf16_mixed", optimizer="adamw",
-    zero_stage=1, dp_ranks=8, tp=1, sequence_parallel=False, cp=1, recompute="selective",
-    attention="fused", dropout=False, mem_gib=80)``
 
-    The rank is one of ``dp_ranks`` x ``tp`` x ``cp`` ranks. ZeRO shards the training state over
-    the ``dp_ranks`` x ``cp`` ranks that hold the same weights (context-parallel ranks hold the
-    whole model, as data-parallel ones do, and Megatron-Core's distributed optimizer shards over
-    both). Tensor parallelism of degree ``tp`` splits every matrix and the activations of the
-    rank's H/tp heads and F/tp FFN columns (``tp`` must divide H, H_kv and F, as Megatron-Core
-    requires), and with ``sequence_parallel`` the norms' and residual activations along N as well;
-    context parallelism of degree ``cp`` gives the rank N/cp tokens (every activation item / cp;
-    with eager attention that keeps N/cp rows of each N x N item and K and V of all N tokens, where
-    a ring with a fused kernel keeps none and only its own keys and values). The formulas are
-    :func:`attn_core.formulas.per_rank_items` and :func:`~attn_core.formulas.per_rank_params`, the
-    rule of :func:`attn_core.parallel.per_rank_activations`: the one of
-    :func:`attn_core.parallel.tp_ledger`, which real TP and TP+SP ranks of a bias-free MHA block
-    match byte for byte, and for CP the one of the ring's ledger (tests/test_parallel.py).
-    When tp (with sequence parallelism) or cp does not divide N, the values are the average over
-    the ranks (their shares differ by a token). Not modelled: pipeline parallelism.
+def _option_trait(name: str):
+    menu, default = training.TRAINING_OPTIONS[name]
+    if isinstance(default, bool):
+        return traitlets.Bool(default).tag(sync=True)
+    return traitlets.Enum(list(SWITCHES[menu]), default_value=default).tag(sync=True)
 
-    A preset menu (the models of :data:`attn_core.kv_cache.MODELS` whose blocks
-    :func:`attn_core.ledger.block_ledger` describes) sets the parameter count
-    (:meth:`~attn_core.kv_cache.ModelConfig.num_params`), L, d, H, H_kv, the FFN width F and kind
-    and the norm. Sliders: N (log scale), the micro-batch B, the data-parallel ranks (log scale)
-    and the accelerator's memory in GiB; menus: the TP degree (the divisors of H, H_kv and F),
-    sequence parallelism, the CP degree, precision, optimizer, ZeRO stage, recomputation,
-    eager or fused attention, dropout (masks of 1 byte, as on a CUDA accelerator).
 
-    It shows a stacked bar (weights, gradients, optimizer state, activations of L blocks) against
-    the memory, the activations of one block item by item, and the longest N that fits
-    (``n_max``). Not counted: the embeddings' and the loss's activations, temporary buffers,
-    the framework's own memory and fragmentation (chapter: "peak, not just saved").
+#: one trait per option of training_memory (precision, optimizer, ..., with its default): a new option
+#: there is a trait here, a menu on the page, a symbol in the formula
+_OptionTraits = type("_OptionTraits", (traitlets.HasTraits,), {name: _option_trait(name) for name in OPTIONS})
 
-    ``values`` (read-only): ``item.<name>`` for each item of :data:`attn_core.ledger.BLOCK_ITEMS`
-    (one block), ``layer_bytes``, ``weights_bytes``, ``gradients_bytes``, ``optimizer_bytes``,
-    ``activations_bytes`` (L blocks), ``total_bytes``, ``mem_bytes``, ``fits`` (1 or 0),
-    ``n_max``, ``params_per_rank``, ``devices`` (dp_ranks x tp x cp); all per rank. ``figure()``
-    draws the same figure with matplotlib.
+
+def _renamed(traits: dict) -> dict:
+    """Traits under their old names (zero_stage, dp_ranks, mem_gib) under the new ones."""
+    out = {_RENAMED.get(k, k): v for k, v in traits.items()}
+    if "mem_gib" in out:
+        out.setdefault("mem", out.pop("mem_gib"))
+        out.setdefault("mem_unit", "GiB")
+    return out
+
+
+class FitWidget(_LedgerWidget, _OptionTraits):
+    """Does it fit? The busiest rank's memory over a training step, against the accelerator's.
+
+    ``FitWidget(model="Llama 3 8B", N=4096, B=1, mem=80, mem_unit="GB", dp=8, zero=1, ...)`` or
+    ``FitWidget(config=...)`` for any model a ``config.json`` describes (a dict, a path, or a
+    ``transformers`` config; the families :meth:`attn_core.models.ModelConfig.from_hf_config` reads).
+
+    Every number is :func:`attn_core.training.training_memory`'s, through its formula
+    (:func:`attn_core.formulas.step.step_items`; the parameters :func:`attn_core.formulas.model_params`):
+    the traits are its keywords. ``B``, ``N``; the accelerator's memory ``mem`` in ``mem_unit`` ("GB",
+    10^9 bytes as makers write it: 80 GB is 74.5 GiB; or "GiB"); ``dp`` data-parallel ranks, ZeRO stage
+    ``zero`` (over the dp x cp ranks), ``tp`` (it must divide the heads and key/value heads),
+    ``sequence_parallel``, ``cp`` (values are the ranks' average where it does not divide N), ``pp``
+    (it must divide the layers); ``precision``, ``optimizer``, ``optimizer_impl``,
+    ``optimizer_in_backward``, ``recompute``, ``offload``, ``attention``, ``kernels``, ``loss``,
+    ``finetune`` with ``lora_rank``, ``lora_modules`` and ``quantize``, ``dropout`` (the options of
+    training_memory; its device, "cuda"). LoRA on a mixture of experts adapts its attention only.
+    The old names ``zero_stage``, ``dp_ranks`` and ``mem_gib`` are accepted by the constructor and by
+    :meth:`compute_values`.
+
+    The page draws the items as a stacked bar against the memory, says in words whether it fits,
+    searches the cheapest single change that makes it fit (each evaluated by the same formula; the
+    search is the page's, static/ledger_widgets.js, tested in Node.js) and gives the longest N that fits.
+
+    ``values`` (read-only, all per rank, bytes): ``weights_bytes``, ``gradients_bytes``,
+    ``optimizer_bytes``, ``activations_bytes``, ``logits_bytes``, ``buffers_bytes`` (the items at the
+    peak, as training_memory gives them, exact), ``total_bytes`` (the peak), ``phase.<name>`` (each
+    phase's total), ``peak_phase`` (the index in :data:`attn_core.formulas.PHASES` of the first phase
+    at the peak), ``mem_bytes``, ``spare_bytes`` (memory - peak), ``fits`` (1 or 0), ``state_bytes``
+    (the peak with no token: the training state and its buffers), ``n_max`` (the longest N that fits,
+    real-valued; 0 when the state alone does not), ``params``, ``params_per_rank`` (the busiest rank's,
+    sharded under ZeRO-3), ``devices`` (dp x tp x cp x pp).
     """
 
     _kind = "fit"
-    _inputs = ("B", "N", "params", "params_replicated", "L", "d", "H", "H_kv", "F", "dp_ranks", "tp",
-               "cp", "sequence_parallel", "mem_gib", "precision", "optimizer", "zero_stage", "recompute",
-               "attention", "dropout", "norm", "ffn")
+    _esm = esm("hf_config.js")  # the formulas, the page's reader of a config.json, the views
+    _inputs = ("model", "config", "N", "B", "mem", "mem_unit", "dp", "zero", "tp", "cp", "pp", "lora_rank",
+               "lora_modules", "quantize", *OPTIONS)
 
-    model = traitlets.Enum(list(FIT_MODELS), default_value=DEFAULT_FIT_MODEL).tag(sync=True)
+    model = traitlets.Unicode(DEFAULT_FIT_MODEL, help=f"a preset, or {PASTED!r}: the config").tag(sync=True)
+    config = traitlets.Dict(help="a pasted config.json (parsed); empty: the preset").tag(sync=True)
     N = traitlets.Int(4096, min=1).tag(sync=True)
     B = traitlets.Int(1, min=1).tag(sync=True)
-    params = traitlets.Int(1, min=1).tag(sync=True)
-    params_replicated = traitlets.Int(0, min=0).tag(sync=True)
-    L = traitlets.Int(1, min=1).tag(sync=True)
-    d = traitlets.Int(1, min=1).tag(sync=True)
-    H = traitlets.Int(1, min=1).tag(sync=True)
-    H_kv = traitlets.Int(1, min=1).tag(sync=True)
-    F = traitlets.Int(1, min=1).tag(sync=True)
-    norm = traitlets.Enum(list(ledger.NORMS), default_value="rmsnorm").tag(sync=True)
-    ffn = traitlets.Enum(list(ledger.FFN_KINDS), default_value="swiglu").tag(sync=True)
-    dp_ranks = traitlets.Int(8, min=1).tag(sync=True)
+    mem = traitlets.Float(80.0).tag(sync=True)
+    mem_unit = traitlets.Enum(list(SWITCHES["mem_unit"]), default_value="GB").tag(sync=True)
+    dp = traitlets.Int(8, min=1).tag(sync=True)
+    zero = traitlets.Int(1, min=0, max=3).tag(sync=True)
     tp = traitlets.Int(1, min=1).tag(sync=True)
     cp = traitlets.Int(1, min=1).tag(sync=True)
-    sequence_parallel = traitlets.Bool(False).tag(sync=True)
-    mem_gib = traitlets.Float(80.0, min=1.0).tag(sync=True)
-    precision = traitlets.Enum(list(training.PRECISIONS), default_value="bf16_mixed").tag(sync=True)
-    optimizer = traitlets.Enum(list(training.OPTIMIZERS), default_value="adamw").tag(sync=True)
-    zero_stage = traitlets.Int(1, min=0, max=3).tag(sync=True)
-    recompute = traitlets.Enum(list(ledger.RECOMPUTE_POLICIES), default_value="selective").tag(sync=True)
-    attention = traitlets.Enum(list(SWITCHES["attention"]), default_value="fused").tag(sync=True)
-    dropout = traitlets.Bool(False).tag(sync=True)
+    pp = traitlets.Int(1, min=1).tag(sync=True)
+    lora_rank = traitlets.Int(16, min=1).tag(sync=True)
+    lora_modules = traitlets.List(traitlets.Unicode(),
+                                  default_value=list(training.LORA_MODULES)).tag(sync=True)
+    quantize = traitlets.Enum(list(SWITCHES["quantize"]), default_value="adapted").tag(sync=True)
 
-    def __init__(self, model: str = DEFAULT_FIT_MODEL, **kwargs):
-        if model not in FIT_MODELS:
-            raise ValueError(f"model must be one of {list(FIT_MODELS)} (DeepSeek-V2's MLA and mixture of "
-                             f"experts are not a block the ledger describes), got {model!r}")
-        kwargs = {**fit_traits(FIT_MODELS[model]), **kwargs}
-        self._applying = True
-        super().__init__(model=model, **kwargs)
-        self._applying = False
+    def __init__(self, model: str | None = None, config=None, **kwargs):
+        kwargs = _renamed(kwargs)
+        if config is not None and not isinstance(config, dict):
+            config = models._config_dict(config)  # a path or a transformers config
+        if config:
+            kwargs.update(config=config, model=PASTED)
+        elif model is not None:
+            kwargs["model"] = model
+        super().__init__(**kwargs)
+        self.observe(self._on_model, names=["model", "config"])
 
     @classmethod
     def compute_values(cls, **traits) -> dict:
-        """As :meth:`_LedgerWidget.compute_values`, with the preset's architecture for missing traits."""
-        model = traits.get("model", DEFAULT_FIT_MODEL)
-        preset = fit_traits(FIT_MODELS[model]) if model in FIT_MODELS else {}
-        return super().compute_values(**{**preset, **traits})
+        """As :meth:`_LedgerWidget.compute_values`; the old trait names are read too."""
+        traits = _renamed(traits)
+        if traits.get("config"):
+            traits.setdefault("model", PASTED)
+        return super().compute_values(**traits)
 
-    @traitlets.validate("H")
-    def _valid_H(self, proposal):
-        if self.d % proposal["value"] or proposal["value"] % self.H_kv:
-            raise traitlets.TraitError(f"H ({proposal['value']}) must divide d ({self.d}) and be "
-                                       f"divisible by H_kv ({self.H_kv})")
-        self._check_tp(self.tp, H=proposal["value"])
+    def fit_model(self) -> models.ModelConfig:
+        """The model the widget counts: the pasted config's, or the preset's."""
+        return fit_model(self.model, self.config)
+
+    # ------------------------------------------------------------------ checks
+    @traitlets.validate("model")
+    def _valid_model(self, proposal):
+        name = proposal["value"]
+        if name not in FIT_MODELS and name != PASTED:
+            raise traitlets.TraitError(f"model must be one of {list(FIT_MODELS)} or {PASTED!r} (with a "
+                                       f"config), got {name!r}")
+        if name == PASTED and not self.config:
+            raise traitlets.TraitError(f"model {PASTED!r} needs a config (a parsed config.json)")
+        return name
+
+    @traitlets.validate("config")
+    def _valid_config(self, proposal):
+        if proposal["value"]:
+            try:
+                models.ModelConfig.from_hf_config(proposal["value"])
+            except ValueError as e:
+                raise traitlets.TraitError(f"config: {e}") from e
         return proposal["value"]
 
-    def _check_tp(self, tp: int, **arch) -> None:
-        arch = {"H": self.H, "H_kv": self.H_kv, "F": self.F, **arch}
-        bad = [f"{k} ({v})" for k, v in arch.items() if v % tp]
-        if bad:
-            raise traitlets.TraitError(f"tp ({tp}) must divide H, H_kv and F: it does not divide "
-                                       f"{', '.join(bad)}")
+    @traitlets.validate("mem")
+    def _valid_mem(self, proposal):
+        if not proposal["value"] > 0:
+            raise traitlets.TraitError(f"mem must be > 0, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("lora_modules")
+    def _valid_modules(self, proposal):
+        modules = list(proposal["value"])
+        bad = [m for m in modules if m not in training.LORA_MODULES]
+        if bad or not modules or len(set(modules)) != len(modules):
+            raise traitlets.TraitError(f"lora_modules must be a non-empty subset of "
+                                       f"{list(training.LORA_MODULES)}, got {modules!r}")
+        return modules
+
+    def _degrees_fit(self, tp: int, pp: int, model=None) -> str | None:
+        m = model or self.fit_model()
+        if m.num_heads % tp or m.num_kv_heads % tp:
+            return f"tp ({tp}) must divide the heads ({m.num_heads}) and key/value heads ({m.num_kv_heads})"
+        if m.num_layers % pp:
+            return f"pp ({pp}) must divide the layers ({m.num_layers})"
+        return None
 
     @traitlets.validate("tp")
     def _valid_tp(self, proposal):
-        self._check_tp(proposal["value"])
+        error = self._degrees_fit(proposal["value"], self.pp)
+        if error:
+            raise traitlets.TraitError(error)
         return proposal["value"]
 
-    @traitlets.validate("H_kv")
-    def _valid_H_kv(self, proposal):
-        self._check_tp(self.tp, H_kv=proposal["value"])
+    @traitlets.validate("pp")
+    def _valid_pp(self, proposal):
+        error = self._degrees_fit(self.tp, proposal["value"])
+        if error:
+            raise traitlets.TraitError(error)
         return proposal["value"]
 
-    @traitlets.validate("F")
-    def _valid_F(self, proposal):
-        self._check_tp(self.tp, F=proposal["value"])
-        return proposal["value"]
-
-    @traitlets.observe("model")
     def _on_model(self, change) -> None:
-        if getattr(self, "_applying", True):
+        # a preset clears a pasted config; tp and pp stay where they divide the new model, else 1
+        if change["name"] == "model" and change["new"] != PASTED and self.config:
+            self.config = {}
             return
-        preset = fit_traits(FIT_MODELS[change["new"]])
-        tp = self.tp if all(preset[k] % self.tp == 0 for k in ("H", "H_kv", "F")) else 1
+        m = self.fit_model()
         with self.hold_trait_notifications():
-            self.tp = 1  # the preset's H, H_kv and F are valid against tp = 1 while they arrive
-            self.H_kv = 1  # any H is valid against H_kv = 1 while the preset's values arrive
-            for name, value in preset.items():
-                setattr(self, name, value)
-            self.tp = tp  # kept when it divides the new preset's H, H_kv and F, else 1
-        self._update_values()
+            if self._degrees_fit(self.tp, 1, m):
+                self.tp = 1
+            if self._degrees_fit(1, self.pp, m):
+                self.pp = 1

@@ -252,11 +252,14 @@ def test_sliders_live_and_equal_python(page, browser, server):
 
 
 def _parallel_controls(handle, page) -> None:
-    """On a "does it fit" widget: the largest TP degree, then sequence parallelism, then another CP
-    degree each change the values shown, which stay equal to Python's."""
+    """On a "does it fit" widget (its folded settings opened): the largest TP degree, then sequence
+    parallelism, then another CP degree each change the values shown, which stay equal to Python's."""
     tp = handle.query_selector("select[aria-label='TP degree']")
     if tp is None:
         return
+    more = handle.query_selector("details.al-more")  # the folded settings, where the degrees are
+    if more is not None and more.get_attribute("open") is None:
+        more.query_selector("summary").click()
     cp = handle.query_selector("select[aria-label='CP degree']")
     tp_max = tp.evaluate("s => [...s.options].map(o => o.value).pop()")
     cp_other = cp.evaluate("s => [...s.options].map(o => o.value).find(v => v !== s.value)")

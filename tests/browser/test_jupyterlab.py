@@ -4,7 +4,8 @@ A JupyterLab server runs on 127.0.0.1 over scratch notebooks that each show one 
 (MemoryLedgerWidget, FitWidget) and then print its Python-side state. Chromium (Debian's, through
 Playwright) runs the notebook, moves the N slider with the keyboard, re-runs the print cell, and
 checks that the kernel got the new N and that the total the page shows equals the one Python
-computed.
+computed. A config.json pasted into the "does it fit" widget reaches the kernel too, which computes the
+peak the page shows.
 
 Chapters as committed (READ_CHAPTERS) are opened as a reader opens them: the markdown must show no
 raw MyST (roles, directives: JupyterLab renders CommonMark), its quoted numbers, closed solutions,
@@ -18,6 +19,7 @@ and re-runs the last cell: the kernel must have received every answer and the pa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -41,6 +43,10 @@ def _cells(cls: str) -> list[str]:
             'print(f"N={w.N} total={int(w.values[\'total_bytes\'])}")']
 
 
+# the "does it fit" widget with a config.json pasted into the page: the kernel reads the same model
+PASTE_CELLS = ["from attn_core.widgets import FitWidget\nw = FitWidget()\nw",
+               "v = w.values\n"
+               "print(f\"model={w.model} tp={w.tp} params={v['params']} peak={int(v['total_bytes'])}\")"]
 ANSWER_CHAPTER = "04_gqa_kv_cache"  # quick to run, with boxes of counts and of bytes
 # chapters opened as committed: the first one, the one the course issue quoted, the training step
 READ_CHAPTERS = ("00_attention_from_scratch", "05_memory_ledger", "10_training_step")
@@ -85,6 +91,9 @@ def lab(tmp_path_factory):
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in _cells(cls)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, root / f"{cls}.ipynb")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in PASTE_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, root / "FitPaste.ipynb")
     _chapter_copy(root)
     for name in READ_CHAPTERS:
         shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", root / f"{name}.ipynb")
@@ -165,6 +174,45 @@ def test_slider_moves_in_jupyterlab_and_kernel_follows(lab, cls):
         except Exception:
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / f"jupyterlab-failure-{cls}.png"))  # what the test saw
+            raise
+        finally:
+            browser.close()
+
+
+def test_pasted_config_reaches_the_kernel(lab):
+    """A config.json pasted into the "does it fit" widget: the kernel gets it (the model becomes the
+    config's, tp where it divides the new heads) and computes the peak the page shows."""
+    from playwright.sync_api import sync_playwright
+    from test_models import CASES
+
+    config, count = CASES["gpt2-xl"]  # 25 heads: a TP degree of 2 cannot stay
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(lab) else r.abort())
+        try:
+            page.goto(f"{lab}/lab/tree/FitPaste.ipynb?reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _accept_kernel_dialog(page)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
+            _run_all(page)
+            page.wait_for_selector("text=/model=Llama 3 8B tp=1 /", timeout=90_000)
+            widget = page.wait_for_selector(".jp-OutputArea .al-fit", timeout=30_000)
+            widget.query_selector("details.al-more > summary").click()
+            widget.query_selector("select[aria-label='TP degree']").select_option("2")
+            widget.query_selector("details.al-paste > summary").click()
+            widget.query_selector("textarea[aria-label='config.json']").fill(json.dumps(config))
+            total = widget.query_selector("[data-key='total_bytes']")
+            page.wait_for_function("e => e.closest('.al-fit').querySelector(\"[data-key='params']\")"
+                                   f".getAttribute('data-value') === '{count}'", arg=total, timeout=10_000)
+            shown = int(float(total.get_attribute("data-value")))
+            page.locator(".jp-Cell").nth(1).click()
+            page.keyboard.press("Shift+Enter")
+            page.wait_for_selector(f"text=/model=config.json tp=1 params={count} peak={shown}\\b/",
+                                   timeout=30_000)
+        except Exception:
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "jupyterlab-paste-failure.png"))
             raise
         finally:
             browser.close()

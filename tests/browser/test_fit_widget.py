@@ -1,0 +1,216 @@
+"""The "does it fit" widget in a static page, as the book shows it: a config.json pasted into the page.
+
+A small page holds a FitWidget's saved state and the book's loader (book/_extra/widgets/static-anywidget.js),
+as a built chapter does, so this runs without building the book. Chromium (Debian's, /usr/bin/chromium,
+through Playwright; never downloaded) pastes config.json files of several families (tests/test_models.py's,
+whose parameter counts transformers gave): the page reads each with static/hf_config.js, and every number
+it shows, its verdict in words and its cheapest change must be what Python computes for the same state
+(training_memory, the widget's values, the page's advice run in Node.js). A config the reader rejects
+shows the reason and changes nothing. Memory is entered exactly (74.5 GiB). At 420 px nothing is wider
+than the screen, with every fold open.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import math
+import re
+import shutil
+import threading
+
+import pytest
+from test_book_pages import (
+    CHROMIUM,
+    LAUNCH_ARGS,
+    ROOT,
+    SHOTS,
+    WIDGET_VIEW,
+    PageWatch,
+    _assert_matches_python,
+    _QuietHandler,
+    _require_browser,
+)
+
+WIDGET = ".static-anywidget[data-rendered=true] .al-fit"
+# pasted configs: (tests/test_models.py's case, the parameters transformers counted for it)
+PASTE = ["qwen2-7b", "gemma-2-9b", "mixtral-8x7b", "phi-3-mini-4k", "gpt2-xl", "deepseek-v3-small"]
+
+
+def _page_html(widgets) -> str:
+    states, views = {}, []
+    for i, w in enumerate(widgets):
+        state = json.loads(json.dumps(w.get_state(), default=str))
+        states[f"m{i}"] = {"model_module": "anywidget", "model_name": "AnyModel", "state": state}
+        view = json.dumps({"model_id": f"m{i}", "version_major": 2})
+        views.append(f'<div class="cell"><script type="{WIDGET_VIEW}">{view}</script></div>')
+    manager = json.dumps({"version_major": 2, "version_minor": 0, "state": states})
+    return ("<!doctype html><html><head><meta name='viewport' content='width=device-width, initial-scale=1'>"
+            "<style>body{font-family:sans-serif;margin:8px}</style></head><body>" + "".join(views)
+            + f'<script type="application/vnd.jupyter.widget-state+json">{manager}</script>'
+            + "<script src='loader.js'></script></body></html>")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    from attn_core.widgets import FitWidget
+
+    _require_browser()
+    root = tmp_path_factory.mktemp("fit")
+    shutil.copy(ROOT / "book" / "_extra" / "widgets" / "static-anywidget.js", root / "loader.js")
+    (root / "fit.html").write_text(_page_html([FitWidget()]))
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def _open(browser, site, width=1280):
+    w = PageWatch(browser, site)
+    w.page.set_viewport_size({"width": width, "height": 900})
+    w.page.goto(f"{site}/fit.html", wait_until="load")
+    w.page.wait_for_selector(WIDGET, timeout=15_000)
+    return w, w.page.query_selector(".static-anywidget[data-rendered=true]")
+
+
+def _state(page, handle) -> dict:
+    model_id = handle.get_attribute("data-model-id")
+    return page.evaluate("id => window.staticWidgetModels[id]._state", model_id)
+
+
+def _paste(page, handle, config: dict) -> None:
+    paste = handle.query_selector("details.al-paste")
+    if paste.get_attribute("open") is None:
+        paste.query_selector("summary").click()
+    handle.query_selector("textarea[aria-label='config.json']").fill(json.dumps(config, indent=1))
+    page.wait_for_timeout(50)
+
+
+def _check_against_python(page, handle) -> dict:
+    """Every number shown equals Python's; the verdict, the longest N and the change are Python's."""
+    import js_fit
+
+    from attn_core import widgets as W
+
+    _assert_matches_python(handle, page)
+    state = {k: v for k, v in _state(page, handle).items() if k in W.FitWidget._inputs}
+    v = W.FitWidget.compute_values(**state)
+    kind = "fits" if v["fits"] else "state" if v["state_bytes"] > v["mem_bytes"] else "over"
+    verdict = handle.query_selector(".al-verdict")
+    assert verdict.get_attribute("data-verdict") == kind
+    unit = {"GB": 10**9, "GiB": 2**30}[state["mem_unit"]]
+    shown = {"fits": v["spare_bytes"], "state": v["state_bytes"], "over": -v["spare_bytes"]}[kind]
+    text = verdict.inner_text()
+    numbers = [float(x) for x in re.findall(rf"(-?[\d.]+(?:e-?\d+)?) {state['mem_unit']}\b", text)]
+    assert any(n == pytest.approx(shown / unit, rel=5e-3, abs=0.05) for n in numbers), text
+    said = handle.query_selector(".al-advice").get_attribute("data-change")
+    change = None if said == "none" else json.loads(said)
+    if v["fits"]:
+        assert change is None
+    else:
+        best = js_fit.cheapest_change(state)["best"]
+        assert change == (best and best["change"])
+        if change:  # Python agrees that it fits
+            assert W.FitWidget.compute_values(**{**state, **change})["fits"] == 1
+    return state
+
+
+def test_fit_widget_pastes_configs_and_equals_python(browser, site):
+    from test_models import CASES
+
+    from attn_core import training
+    from attn_core.models import ModelConfig
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    w, handle = _open(browser, site)
+    try:
+        _check_against_python(w.page, handle)  # the preset the widget opens with
+        for case in PASTE:
+            config, count = CASES[case]
+            _paste(w.page, handle, config)
+            state = _check_against_python(w.page, handle)
+            assert state["model"] == "config.json" and state["config"] == config, case
+            shown = {e.get_attribute("data-key"): float(e.get_attribute("data-value"))
+                     for e in handle.query_selector_all("[data-key][data-value]")}
+            assert shown["params"] == count, case  # what transformers counts for this config.json
+            tm = training.training_memory(ModelConfig.from_hf_config(config), state["N"], B=state["B"],
+                                          zero=state["zero"], dp=state["dp"])
+            assert math.ceil(shown["total_bytes"]) == tm["peak"], case
+            if case == "gemma-2-9b":
+                w.page.screenshot(path=str(SHOTS / "fit_widget_pasted.png"), full_page=True)
+        # a config the reader does not know: the reason is shown, the model stays
+        before = _state(w.page, handle)["config"]
+        _paste(w.page, handle, {"model_type": "bert", "hidden_size": 768})
+        assert "unknown model_type 'bert'" in handle.query_selector(".al-error").inner_text()
+        assert _state(w.page, handle)["config"] == before
+        # back to a preset: the pasted config is dropped
+        handle.query_selector("select[aria-label='model']").select_option("Llama 3 8B")
+        w.page.wait_for_timeout(50)
+        assert _state(w.page, handle)["config"] == {}
+        _check_against_python(w.page, handle)
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
+
+
+def test_fit_widget_memory_is_exact_and_advice_follows(browser, site):
+    """74.5 GiB typed and its unit chosen: the memory is 74.5 x 2^30 bytes; then a long N that does not
+    fit gets Python's verdict and change; every menu of the folded settings keeps the page equal to Python."""
+    w, handle = _open(browser, site)
+    try:
+        mem = handle.query_selector("input[aria-label='memory per GPU']")
+        mem.fill("74.5")
+        mem.press("Enter")
+        mem.evaluate("e => e.dispatchEvent(new Event('change'))")
+        handle.query_selector("select[aria-label='memory unit']").select_option("GiB")
+        w.page.wait_for_timeout(50)
+        state = _check_against_python(w.page, handle)
+        assert (state["mem"], state["mem_unit"]) == (74.5, "GiB")
+        slider = handle.query_selector("input[aria-label='N']")
+        slider.focus()
+        for _ in range(8):  # N x 4: the activations outgrow the card
+            w.page.keyboard.press("ArrowRight")
+        state = _check_against_python(w.page, handle)
+        assert state["N"] == 16384
+        assert handle.query_selector(".al-verdict").get_attribute("data-verdict") == "over"
+        handle.query_selector("details.al-more > summary").click()
+        for select in handle.query_selector_all("details.al-more select"):
+            options = select.evaluate("s => [...s.options].filter(o => !o.disabled).map(o => o.value)")
+            other = next((o for o in options if o != select.evaluate("s => s.value")), None)
+            if other is not None:
+                select.select_option(other)
+                w.page.wait_for_timeout(20)
+                _check_against_python(w.page, handle)
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
+
+
+def test_fit_widget_on_a_phone(browser, site):
+    """At 420 px, with the paste box and the folded settings open, nothing is wider than the screen."""
+    from test_models import CASES
+
+    w, handle = _open(browser, site, width=420)
+    try:
+        _paste(w.page, handle, CASES["deepseek-v3-small"][0])
+        handle.query_selector("details.al-more > summary").click()
+        w.page.wait_for_timeout(50)
+        wide = w.page.evaluate("document.documentElement.scrollWidth")
+        assert wide <= 420, f"the page is {wide} px wide on a 420 px phone"
+        w.page.screenshot(path=str(SHOTS / "fit_widget_420.png"), full_page=True)
+        assert w.errors == [], w.errors
+    finally:
+        w.page.close()
