@@ -24,9 +24,10 @@ GIB = 2**30
 LLAMA3 = MODELS["Llama 3 8B"]
 
 
-def _hf_layer_saved(attn_impl: str, B=2, N=32, d=64, H=4, H_kv=2, F=176) -> int:
+def _hf_layer_saved(attn_impl: str, B=2, N=32, d=64, H=4, H_kv=2, F=176, adapt=None) -> int:
     """Bytes a real LlamaDecoderLayer (bf16, training mode) saves for backward, weights and the RoPE
-    tables (computed once per model, shared by every layer) left out."""
+    tables (computed once per model, shared by every layer) left out; ``adapt(layer)``, if given,
+    changes the layer first (LoRA's adapters on a frozen base)."""
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
@@ -35,6 +36,8 @@ def _hf_layer_saved(attn_impl: str, B=2, N=32, d=64, H=4, H_kv=2, F=176) -> int:
                       num_hidden_layers=1, vocab_size=128, attention_dropout=0.0)
     cfg._attn_implementation = attn_impl
     layer = LlamaDecoderLayer(cfg, 0).to(torch.bfloat16).train()
+    if adapt is not None:
+        adapt(layer)
     x = torch.randn(B, N, d, dtype=torch.bfloat16, requires_grad=True)
     pos = torch.arange(N)[None].expand(B, N)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, pos)
@@ -66,6 +69,33 @@ def _layer(kernels: str, attention: str, B=2, N=32, d=64, H=4, H_kv=2, F=176, **
     env.update(SWITCHES["recompute"]["none"])
     env.update(over)
     return step.layer_items(**env)
+
+
+def test_selective_recomputation_with_fused_attention_frees_only_the_logsumexp():
+    """Korthikanti's selective recomputation checkpoints the attention core; with a fused kernel that core
+    keeps its output (also the output projection's input, which stays) and a float32 logsumexp: only the
+    logsumexp goes (chapter 10 measures this on a real layer)."""
+    from attn_core.symbols import SWITCHES
+
+    for kernels in ("eager", "compiled"):
+        none = _layer(kernels, "fused")
+        sel = _layer(kernels, "fused", **SWITCHES["recompute"]["selective"])
+        assert sum(none.values()) - sum(sel.values()) == none["attn.lse"] == 4 * 2 * 4 * 32
+
+
+def test_rebuilt_block_is_what_recomputation_did_not_keep():
+    """Full recomputation keeps the block's input; the backward rebuilds everything the block saves. With
+    a Python norm the block itself never saved its input, so the whole block is rebuilt."""
+    from attn_core.symbols import SWITCHES
+
+    for kernels in ("eager", "compiled"):
+        env = dict(B=2, N=32, N_k=32, d=64, H=4, H_kv=2, D=16, F=176, b=2, n_rms=1, g_swiglu=1, k_drop=0,
+                   f_lora=0, a_qkv=0, a_o=0, a_up=0, a_down=0, n_lora=0, r_lora=0,
+                   **SWITCHES["kernels"][kernels], **SWITCHES["attention"]["fused"])
+        whole = sum(_layer(kernels, "fused").values())
+        checkpoint = 2 * 32 * 64 * 2  # the block's input, B N d b
+        rebuilt = step.rebuilt_bytes(**env, **SWITCHES["recompute"]["full"])
+        assert rebuilt == (whole if kernels == "eager" else whole - checkpoint)
 
 
 def test_saved_tensors_api_agrees():
@@ -122,9 +152,138 @@ def test_logits_are_counted_per_logit_and_split_by_tp():
     def at_loss(loss, **kw):
         return training_memory(LLAMA3, N, B=B, loss=loss, kernels="compiled", **kw)["phase.forward"]
 
-    for loss, per_logit in (("fp32", 12), ("fp32_kept", 14), ("chunked", 6), ("chunked_compiled", 4)):
+    # the bytes a logit that test_loss_options_are_measured finds
+    for loss, per_logit in (("fp32", 12), ("fp32_kept", 14), ("fp32_shifted", 16), ("fp32_parallel", 16),
+                            ("compiled", 4), ("chunked", Fraction(13, 2)),
+                            ("chunked_compiled", Fraction(9, 4)), ("bf16_chunked", Fraction(9, 2))):
         assert at_loss(loss) - at_loss("fused") == B * N * V * per_logit
-        assert at_loss(loss, tp=2) - at_loss("fused", tp=2) == B * N * V * per_logit // 2
+        assert at_loss(loss, tp=2) - at_loss("fused", tp=2) == B * N * V * per_logit / 2
+
+
+def _peak_bytes(fn) -> int:
+    """The highest total of bytes the CPU allocator held above its start while ``fn`` ran (the profiler's
+    record of every allocation and free, in order)."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.load(open(f.name))["traceEvents"]
+    mem = sorted((e for e in events if e.get("name") == "[memory]"),
+                 key=lambda e: (e["ts"], e["args"]["Ev Idx"]))
+    now = peak = 0
+    for e in mem:
+        now += e["args"]["Bytes"]
+        peak = max(peak, now)
+    return peak
+
+
+def _loss_step(kind: str, h, W, labels, compiled):
+    """One loss's forward and backward from the hidden states h, as each framework's code runs it: the
+    logits h W^T in bf16 (T x V), then the loss, then backward."""
+    import torch.nn.functional as F
+
+    hh = h * 1  # a hidden state made inside the step, as the last block's output is
+    if kind == "fp32":  # torchtitan 2024 (train.py: loss_fn(pred, labels); del pred), torchtune unchunked
+        pred = hh @ W.t()
+        loss = F.cross_entropy(pred.float(), labels)
+        del pred
+    elif kind == "fp32_kept":  # the bf16 logits returned to the caller, upcast inside the loss
+        logits = hh @ W.t()
+        loss = F.cross_entropy(logits.float(), labels)
+    elif kind == "fp32_shifted":  # transformers 4.38's LlamaForCausalLM: float32 logits kept, shifted copy
+        logits = (hh @ W.t()).float()
+        loss = F.cross_entropy(logits[:-1].contiguous(), labels[1:])
+    elif kind == "compiled":  # torchtitan 2025: the loss function compiled, bf16 logits in
+        pred = hh @ W.t()
+        loss = compiled["ce"](pred, labels)
+        del pred
+    elif kind in ("chunked", "chunked_compiled"):  # torchtune's CEWithChunkedOutputLoss, 8 chunks
+        ce = compiled["chunk"] if kind == "chunked_compiled" else compiled["chunk_eager"]
+        logits = [c @ W.t() for c in hh.chunk(8, dim=0)]
+        loss = sum(ce(c, l) for c, l in zip(logits, labels.chunk(8))) / len(labels)
+        del logits
+    elif kind == "bf16_chunked":  # LitGPT: 128-token bf16 chunks, kept by the caller, no upcast
+        logits = [c @ W.t() for c in hh.split(128, dim=0)]
+        loss = torch.cat([F.cross_entropy(c, l, reduction="none")
+                          for c, l in zip(logits, labels.split(128))]).mean()
+    loss.backward()
+
+
+@pytest.mark.parametrize("kinds", [("fp32", "fp32_kept", "fp32_shifted", "chunked", "bf16_chunked"),
+                                   ("compiled", "chunked_compiled")], ids=["eager", "compiled"])
+def test_loss_options_are_measured(kinds):
+    """Each loss option's bytes a logit are the CPU allocator's peak over the loss's forward and backward,
+    for the code each framework runs (autograd saves and frees the same tensors on a GPU): the logits of
+    1,024 tokens x 8,192 classes, with a hidden width of 8 so the rest is negligible. The compiled ones
+    need torch.compile's C++ toolchain (skipped without it)."""
+    import torch.nn.functional as F
+
+    from attn_core.symbols import SWITCHES
+
+    torch.manual_seed(0)
+    T, V, d = 1024, 8192, 8
+    W = torch.randn(V, d, dtype=torch.bfloat16, requires_grad=True)
+    h = torch.randn(T, d, dtype=torch.bfloat16, requires_grad=True)
+    labels = torch.randint(0, V, (T,))
+
+    def chunk_ce(c, l):  # torchtune's compute_cross_entropy: the upcast and cross-entropy of one chunk
+        return F.cross_entropy(c.float(), l, reduction="sum")
+
+    compiled = {"ce": torch.compile(lambda p, l: F.cross_entropy(p.float(), l)),
+                "chunk": torch.compile(chunk_ce), "chunk_eager": chunk_ce}
+    for kind in kinds:
+        try:
+            _loss_step(kind, h, W, labels, compiled)  # compiles once, outside the measurement
+        except Exception as e:  # noqa: BLE001 - inductor without a compiler raises its own errors
+            if "compiled" not in kind:
+                raise
+            pytest.skip(f"torch.compile does not run here: {type(e).__name__}")
+        W.grad = h.grad = None
+        measured = _peak_bytes(lambda kind=kind: _loss_step(kind, h, W, labels, compiled)) / (T * V)
+        W.grad = h.grad = None
+        assert abs(measured - SWITCHES["loss"][kind]["l_loss"]) < 0.05, (kind, measured)
+
+
+def test_loss_parallel_is_measured():
+    """loss_parallel (torchtitan's default with TP): the log-softmax and its backward run as DTensor ops
+    (torch/distributed/tensor/parallel/loss.py), with a float32 copy, the shifted logits and exp of them
+    alive together: 16 bytes a logit of the local shard, measured on a one-rank gloo group."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import loss_parallel
+
+    from attn_core.symbols import SWITCHES
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already running in this process")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        T, V, d = 1024, 8192, 8
+        mesh = init_device_mesh("cpu", (1,))
+        W = distribute_tensor(torch.randn(V, d, dtype=torch.bfloat16), mesh, [Shard(0)]).requires_grad_()
+        h = torch.randn(T, d, dtype=torch.bfloat16, requires_grad=True)
+        labels = torch.randint(0, V, (T,))
+
+        def step():
+            pred = DTensor.from_local(h * 1, mesh, [Replicate()]) @ W.t()  # (T, V), sharded by vocabulary
+            with loss_parallel():
+                loss = F.cross_entropy(pred.float(), labels)
+                del pred
+                loss.backward()
+
+        step()
+        measured = _peak_bytes(step) / (T * V)
+    finally:
+        dist.destroy_process_group()
+    assert abs(measured - SWITCHES["loss"]["fp32_parallel"]["l_loss"]) < 0.05, measured
 
 
 # ------------------------------------------------------------------------------- LoRA
@@ -151,6 +310,128 @@ def test_lora_parameters_match_the_model_shapes():
         out = training_memory(m, 16, finetune="lora", lora_rank=r, lora_modules=modules,
                               precision="bf16_pure", optimizer="adamw")
         assert out["optimizer"] == 2 * 2 * expected  # two bf16 moments per adapter parameter
+
+
+class _Base4bit(torch.autograd.Function):
+    """A frozen linear that keeps its input for backward whenever the input needs a gradient, as
+    bitsandbytes' MatMul4Bit does (bitsandbytes/autograd/_functions.py: ``if
+    any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)``); the weight stays as it is here."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        return grad @ weight, None
+
+
+class _LoRA(torch.nn.Module):
+    """LoRA as PEFT writes it (peft/tuners/lora/layer.py): base(x) + B(A(dropout(x))) * alpha / r, the
+    base frozen, a dropout of its own on each adapted projection (PEFT's nn.Identity without one)."""
+
+    def __init__(self, base, r, keeps_input=False, dropout=0.0):
+        super().__init__()
+        self.base, self.keeps_input = base.requires_grad_(False), keeps_input
+        self.A = torch.nn.Linear(base.in_features, r, bias=False, dtype=torch.bfloat16)
+        self.B = torch.nn.Linear(r, base.out_features, bias=False, dtype=torch.bfloat16)
+        self.drop = torch.nn.Dropout(dropout) if dropout else torch.nn.Identity()
+
+    def forward(self, x):
+        out = _Base4bit.apply(x, self.base.weight) if self.keeps_input else self.base(x)
+        return out + self.B(self.A(self.drop(x))) * 2.0
+
+
+_HF_NAMES = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj",
+             "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
+
+
+def _adapter(modules, r, keeps_input=False, dropout=0.0):
+    def adapt(layer):
+        layer.requires_grad_(False)
+        for name in _HF_NAMES.values():  # every projection a 4-bit one, or only the adapted ones LoRA
+            short = next(m for m, n in _HF_NAMES.items() if n == name)
+            parent, attr = name.rsplit(".", 1)
+            base = layer.get_submodule(name)
+            if short in modules:
+                setattr(layer.get_submodule(parent), attr, _LoRA(base, r, keeps_input, dropout))
+            elif keeps_input:
+                lin = _LoRA(base, 1, True)
+                lin.forward = lambda x, lin=lin: _Base4bit.apply(x, lin.base.weight)
+                setattr(layer.get_submodule(parent), attr, lin)
+    return adapt
+
+
+@pytest.mark.parametrize("modules, keeps_input, dropout", [
+    (("q", "v"), False, 0.0),            # torchtune's and LitGPT's default targets, a bf16 base
+    (("q", "k", "v", "o", "gate", "up", "down"), False, 0.0),
+    (("q", "k", "v", "gate", "up", "down"), False, 0.0),  # Answer.AI's: all but o_proj
+    (("q", "v"), True, 0.0),             # a 4-bit base whose matmul keeps its input (bitsandbytes)
+    (("q", "v"), False, 0.05),           # LoRA's dropout (PEFT's, LitGPT's lora_dropout)
+    (("q", "k", "v", "o", "gate", "up", "down"), True, 0.1),
+])
+def test_lora_layer_items_equal_a_real_llama_layer(modules, keeps_input, dropout):
+    """A frozen base keeps only what backward needs: an adapted projection's input, each adapter's
+    rank-r intermediate, (bitsandbytes) every 4-bit projection's input, (dropout) each adapter's
+    dropped-out input and mask, against a real layer. On the CPU a dropout mask is kept in the dtype,
+    on CUDA as bool, 1 byte a value: the formula counts CUDA's."""
+    r, B, N, d, F = 8, 2, 32, 64, 176
+    measured = _hf_layer_saved("sdpa", adapt=_adapter(modules, r, keeps_input, dropout))
+    flags = dict(a_qkv=int(bool({"q", "k", "v"} & set(modules))), a_o=int("o" in modules),
+                 a_up=int(bool({"gate", "up"} & set(modules))), a_down=int("down" in modules))
+    predicted = sum(_layer("eager", "fused", f_lora=1, n_lora=len(modules), r_lora=r, q_in=int(keeps_input),
+                           k_ldrop=int(dropout > 0), **flags).values())
+    mask_values = (dropout > 0) * B * N * sum(F if m == "down" else d for m in modules)  # H D = d here
+    assert measured == predicted + mask_values * (2 - 1)  # the CPU's bf16 mask, 2 bytes a value
+
+
+# ------------------------------------------------------------------------------- ZeRO-3 and the step
+def test_zero3_gathers_a_frozen_base_as_stored():
+    """Fine-tuning under ZeRO-3 (FSDP), the gathered blocks are as stored (a bf16 base; a QLoRA base with
+    its matrices in NF4) and no block's gradient is gathered: the base is frozen."""
+    m, dp, r = MODELS["Llama 2 7B"], 2, 8
+    d, F, L = m.d_model, m.ffn_dim, m.num_layers
+    block = 4 * d * d + 3 * d * F + 2 * d  # Llama 2 7B: four d x d projections, three FFN matrices, 2 norms
+    matrices = 4 * d * d + 3 * d * F
+    lora = L * r * ((d + d) + (d + d))  # q and v
+    io = m.num_params() - L * block
+    nf4 = Fraction(1, 2) + Fraction(1, 64) + Fraction(4, 64 * 256)
+    for finetune, stored in (("lora", 2 * block), ("qlora", 2 * block - (2 - nf4) * matrices)):
+        out = training_memory(m, 128, finetune=finetune, quantize="all", zero=3, dp=dp, lora_rank=r,
+                              lora_modules=("q", "v"), precision="bf16_pure", optimizer_impl="fused")
+        weights = (L * stored + 2 * io + 2 * lora) / dp
+        grads, moments = 2 * lora / dp, 4 * lora / dp
+        gathered = 2 * stored + (finetune == "qlora") * 2 * d * F  # two blocks; a dequantized matrix
+        assert out["phase.backward_end"] == -(-(weights + grads + moments + gathered) // 1)
+
+
+def test_quantized_moments_are_stepped_in_float32_one_parameter_at_a_time():
+    """torchao's AdamW8bit steps each parameter in a compiled single_param_adam that dequantizes both
+    moments to float32 (torchao/prototype/low_bit_optim/adam.py): the embedding's, 8 bytes a value, at the
+    step; with the step inside the backward, the embedding's gradient is there too."""
+    V, d = LLAMA3.vocab_size, LLAMA3.d_model
+    base = dict(precision="bf16_pure", optimizer="adamw_8bit", optimizer_impl="fused")
+    out = training_memory(LLAMA3, 1, **base)
+    state = out["phase.step"] - out["phase.backward_end"]
+    assert state == 2 * 4 * V * d
+    bwd = training_memory(LLAMA3, 1, **base, optimizer_in_backward=True)
+    P = LLAMA3.num_params()
+    moments = 2 * (1 + Fraction(4, 256)) * P
+    assert bwd["phase.step"] == -(-(2 * P + moments + 2 * V * d + 2 * 4 * V * d) // 1)
+
+
+def test_quantized_moments_step_is_measured():
+    """The 8 bytes a value of the step's float32 moments, measured on the CPU with torchao's AdamW8bit
+    (skipped without torchao)."""
+    torchao_optim = pytest.importorskip("torchao.optim")
+    n = 4096 * 1024
+    p = torch.nn.Parameter(torch.randn(4096, 1024, dtype=torch.bfloat16))
+    opt = torchao_optim.AdamW8bit([p], lr=1e-3)
+    p.grad = torch.randn_like(p)
+    opt.step()  # the state made and the step compiled
+    assert abs(_peak_bytes(opt.step) / n - 8) < 0.1
 
 
 # ------------------------------------------------------------------------------- checks
@@ -197,5 +478,5 @@ def test_formula_is_symbolic_too():
 
     items = step.layer_items()
     s = formulas.symbols()
-    assert sp.simplify(items["norm1.saved"].subs({s["r_full"]: 0, s["r_op"]: 0, s["n_py"]: 1})
+    assert sp.simplify(items["norm1.saved"].subs({s["r_full"]: 0, s["r_op"]: 0, s["n_py"]: 1, s["f_lora"]: 0})
                        - s["B"] * s["N"] * s["d"] * (4 + s["b"])) == 0
