@@ -21,7 +21,9 @@ against eager attention's Theta(N D + N^2) (:func:`eager_io_bytes`). :func:`flas
 counts the loop order of FlashAttention-2 (query blocks outside, each kept on chip while the
 key and value blocks stream past): about 8 N^2 D^2 b^2 / M_SRAM, fewer bytes than eager from
 M_SRAM > 2 D^2 b. Both count the bytes one thread block requests; a GPU's L2 cache can serve
-the same K, V blocks to thread blocks running at once, so the bytes read from HBM may be fewer.
+the same K, V blocks to thread blocks running at once, and a cluster of thread blocks can share one
+load of them (``cluster``, as FlashAttention-3 does on an H100), so the bytes read from HBM may be
+fewer.
 
 With 16-bit inputs (bf16, fp16) the scores, the running max and sum and the output are kept
 in float32, as fused kernels keep them in registers: S is never rounded to 16 bits before
@@ -284,7 +286,7 @@ def flash_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int = 
 
 
 def flash2_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int = 2,
-                    block_q: int | None = None) -> dict[str, int]:
+                    block_q: int | None = None, cluster: int = 1) -> dict[str, int]:
     """Bytes requested from off-chip memory by FlashAttention-2's loop order, one head, forward.
 
     Query blocks of B_r rows are the outer loop (one thread block each): Q_i is read once, kept
@@ -293,8 +295,14 @@ def flash2_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int =
     are written once. B_r defaults to ceil(M / (4 D b)), the block rule of Algorithm 1 applied
     to the outer blocks (:func:`flash_io_bytes`), or is ``block_q`` (a kernel's tile, e.g. 128).
     With T_r = ceil(N / B_r): 2 N D b + 4 N + T_r 2 N D b, about 8 N^2 D^2 b^2 / M for large N;
-    fewer bytes than eager attention (4 N^2 b) when M > 2 D^2 b. Returns the items in bytes,
-    ``total`` and ``block_q`` (B_r).
+    fewer bytes than eager attention (4 N^2 b) when M > 2 D^2 b.
+
+    ``cluster`` thread blocks on neighbouring query blocks may share each load of a K and V block:
+    on an H100, FlashAttention-3 launches clusters of two thread blocks for 16-bit inputs with
+    D >= 128, non-causal and an even number of query blocks, and its TMA multicast writes each K, V
+    tile it reads into the shared memory of both (hopper/flash_fwd_launch_template.h, ``ClusterM``).
+    The K, V reads then come once per cluster: ceil(T_r / cluster) 2 N D b. Returns the items in
+    bytes, ``total``, ``block_q`` (B_r) and ``cluster``.
     """
     n = _checks.positive_int("n", n)
     d_head = _checks.positive_int("d_head", d_head)
@@ -303,13 +311,15 @@ def flash2_io_bytes(n: int, d_head: int, sram_bytes: int, bytes_per_value: int =
     if block_q is None:
         block_q = -(-sram_bytes // (4 * d_head * b))
     block_q = _checks.positive_int("block_q", block_q)
+    cluster = _checks.positive_int("cluster", cluster)
     t_r = -(-n // block_q)
     items = {
         "Q read once, O written once": 2 * n * d_head * b,
         "logsumexp written once (fp32)": 4 * n,
-        "K, V read per query block": t_r * 2 * n * d_head * b,
+        "K, V read per query block" if cluster == 1 else "K, V read per cluster of query blocks":
+            -(-t_r // cluster) * 2 * n * d_head * b,
     }
-    return {**items, "total": sum(items.values()), "block_q": block_q}
+    return {**items, "total": sum(items.values()), "block_q": block_q, "cluster": cluster}
 
 
 def eager_io_bytes(n: int, d_head: int, bytes_per_value: int = 2) -> dict[str, int]:

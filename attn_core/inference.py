@@ -8,7 +8,8 @@ compute (the roofline, Williams et al. 2009).
 Prefill multiplies N tokens at once by every weight (intensity ~ N); decode multiplies one
 token per sequence by every weight and reads the whole KV cache for it (intensity ~ 1, and
 G = H / H_kv for the attention of GQA). :func:`layer_ops` counts both; :func:`measure_matmul_flops`
-and :func:`measure_bandwidth` measure the two roofs of this machine; :func:`decode_attention` is
+and :func:`measure_bandwidth` measure the two roofs of this machine, and :func:`measure_roofs` takes
+each as the best the machine attains over thread counts and repeats; :func:`decode_attention` is
 the decode step of attention that :func:`decode_bytes` prices; :func:`serving` is the arithmetic
 of serving a preset: bytes per generated token, tokens per second, the batch where the KV cache
 reads overtake the weight reads; :func:`serving_memory` the memory it holds for a number of users.
@@ -17,12 +18,14 @@ Beyond the two roofs: :func:`exp_roof_flops` is the rate attention's matmuls cou
 exponentials of the softmax alone set the time (a GPU computes them on slower units);
 :func:`mla_decode_ops` prices a decode step of MLA with and without weight absorption;
 :func:`split_kv_decode` is the split-KV decode of Flash-Decoding (chunks of the cache attended in
-parallel, combined by their logsumexp).
+parallel, combined by their logsumexp), and :func:`fa2_decode_launch` the thread blocks and the
+number of chunks FlashAttention-2 itself chooses for a decode step.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +40,7 @@ __all__ = [
     "layer_ops",
     "measure_matmul_flops",
     "measure_bandwidth",
+    "measure_roofs",
     "decode_attention",
     "decode_bytes",
     "serving",
@@ -44,15 +48,17 @@ __all__ = [
     "exp_roof_flops",
     "mla_decode_ops",
     "split_kv_decode",
+    "fa2_decode_launch",
 ]
 
 #: Published peak figures of one current GPU (NVIDIA H100 SXM5 datasheet): dense BF16 tensor-core
 #: FLOP/s (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), FP32 on the CUDA
 #: cores, dense TF32 tensor-core FLOP/s (989 with sparsity), dense FP8 tensor-core FLOP/s (3,958
 #: with sparsity), HBM3 bytes/s and capacity, and shared memory per SM (configurable up to 228 KB,
-#: Hopper tuning guide). From the FlashAttention-3 paper (Shah et al., 2024; Table 1, section 3.1
-#: and appendix C): 132 SMs, 50 MiB of L2 cache, 256 KiB of registers per SM, and the special
-#: functions such as exp at 16 per SM per clock: 16 x 132 x 1.83 GHz, the paper's 3.9 TFLOPS.
+#: Hopper tuning guide). From the FlashAttention-3 paper (Shah et al., 2024): 50 MiB of L2 cache
+#: and 256 KiB of registers per SM (Table 1), 132 SMs (the footnotes of sections 2.2 and 3.1), and
+#: the special functions such as exp at 16 per SM per clock: 16 x 132 x 1.83 GHz, the paper's
+#: 3.9 TFLOPS (section 3.1 and its footnote).
 H100_SXM = {
     "name": "NVIDIA H100 SXM",
     "bf16_flops": 989e12,
@@ -141,6 +147,48 @@ def measure_bandwidth(nbytes: int = 1 << 28, repeats: int = 5) -> float:
     dst = torch.empty_like(src)
     seconds = time_fn(dst.copy_, src, repeats=repeats, warmup=1)
     return 2 * src.nbytes / seconds
+
+
+def measure_roofs(n: int = 1024, nbytes: int = 1 << 28, thread_counts=None, repeats: int = 5) -> dict:
+    """The two roofs of this CPU as the best it attains: pi and beta, each the maximum over thread
+    counts and repeats.
+
+    For every thread count of ``thread_counts`` (default: torch's current count and one thread),
+    ``repeats`` rounds each time one n x n fp32 matmul (2 n^3 FLOPs) and one copy of ``nbytes``
+    (read and written), one after the other, after one untimed run of each. A roof is a bound, and
+    a machine that other work slows down only ever measures less, so the best round is the
+    estimate: taking the maximum keeps pi and beta (and the ridge point pi / beta) from mixing a
+    quiet moment with a busy one. torch's thread count is restored afterwards. Returns ``flops``
+    (pi, FLOP/s), ``bandwidth`` (beta, bytes/s), ``ridge`` (pi / beta) and ``by_threads``: for each
+    thread count its best ``flops`` and ``bandwidth``.
+    """
+    n = _checks.positive_int("n", n)
+    nbytes = _checks.positive_int("nbytes", nbytes)
+    repeats = _checks.positive_int("repeats", repeats)
+    default = torch.get_num_threads()
+    counts = (default, 1) if thread_counts is None else tuple(thread_counts)
+    if not counts:
+        raise ValueError("thread_counts must name at least one thread count")
+    counts = tuple(dict.fromkeys(_checks.positive_int("thread_counts", c) for c in counts))
+    g = torch.Generator().manual_seed(0)
+    a, c = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    out = torch.empty(n, n)
+    src = torch.ones(nbytes // 4, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    by_threads = {}
+    try:
+        for count in counts:
+            torch.set_num_threads(count)
+            t_mm, t_cp = [], []
+            for r in range(repeats):  # the matmul and the copy in turn; one untimed run of each first
+                t_mm.append(time_fn(torch.matmul, a, c, out=out, repeats=1, warmup=int(r == 0)))
+                t_cp.append(time_fn(dst.copy_, src, repeats=1, warmup=int(r == 0)))
+            by_threads[count] = {"flops": 2 * n**3 / min(t_mm), "bandwidth": 2 * src.nbytes / min(t_cp)}
+    finally:
+        torch.set_num_threads(default)
+    flops = max(r["flops"] for r in by_threads.values())
+    bandwidth = max(r["bandwidth"] for r in by_threads.values())
+    return {"flops": flops, "bandwidth": bandwidth, "ridge": flops / bandwidth, "by_threads": by_threads}
 
 
 def _decode_shapes(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, ...]:
@@ -326,3 +374,75 @@ def split_kv_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = out.reshape(*q.shape[:-2], h, v_cache.shape[-1])  # "... H_kv G D_v -> ... (H_kv G) D_v"
     return out.to(q.dtype)
 
+
+
+#: The version of FlashAttention-2's code that :func:`fa2_decode_launch` follows
+#: (github.com/Dao-AILab/flash-attention, csrc/flash_attn/flash_api.cpp).
+FA2_SOURCE_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
+
+
+def fa2_decode_launch(batch: int, num_heads: int, num_kv_heads: int, seq_len: int, d_head: int,
+                      num_sms: int = H100_SXM["num_sms"], num_splits: int = 0) -> dict[str, int]:
+    """The thread blocks FlashAttention-2's forward launches for one decode step, and its KV splits.
+
+    As ``mha_fwd`` and ``mha_fwd_kvcache`` of csrc/flash_attn/flash_api.cpp (commit
+    :data:`FA2_SOURCE_COMMIT`) do it for one query token per sequence (no sliding window, no ALiBi,
+    no dropout, ``d_head`` a multiple of 8): with GQA (H > H_kv) they swap the G = H / H_kv query
+    heads of a K/V head into the query rows (``seqlenq_ngroups_swapped``), so one thread block
+    serves a whole group and the heads are the H_kv K/V heads; query rows go in blocks of 64
+    (``num_m_blocks``). ``num_splits=0`` (the default of ``flash_attn_with_kvcache``, and what
+    ``mha_fwd`` always passes) lets ``num_splits_heuristic`` choose the number of chunks of the cache:
+    if the blocks already reach 80% of 2 x ``num_sms`` (two blocks of 128 threads per SM), one;
+    otherwise, among the splits up to min(128, 2 x ``num_sms``, key blocks), the fewest whose wave
+    efficiency (blocks / slots over its ceiling) reaches 85% of the best, skipping splits that give
+    the same chunk length as one fewer. Key blocks are of 256 rows for D <= 64, 128 for D <= 128,
+    else 64. Returns ``query_rows`` (per block row: G, or 1 without GQA), ``heads``, ``m_blocks``,
+    ``n_blocks``, ``num_splits`` and ``thread_blocks`` (m_blocks x splits x batch x heads).
+    """
+    batch = _checks.positive_int("batch", batch)
+    h = _checks.positive_int("num_heads", num_heads)
+    h_kv = _checks.positive_int("num_kv_heads", num_kv_heads)
+    n = _checks.positive_int("seq_len", seq_len)
+    dh = _checks.positive_int("d_head", d_head)
+    num_sms = _checks.positive_int("num_sms", num_sms)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits must be 0 (the heuristic) or a positive integer, got {num_splits!r}")
+    if h % h_kv:
+        raise ValueError(f"num_heads ({h}) must be a multiple of num_kv_heads ({h_kv})")
+    swapped = h > h_kv and dh % 8 == 0  # seqlenq_ngroups_swapped
+    rows, heads = (h // h_kv, h_kv) if swapped else (1, h)
+    m_blocks = -(-rows // 64)
+    block_n = 256 if dh <= 64 else (128 if dh <= 128 else 64)
+    n_blocks = -(-n // block_n)
+    if num_splits == 0:
+        num_splits = _fa2_num_splits_heuristic(batch * heads * m_blocks, 2 * num_sms, n_blocks, 128)
+    return {"query_rows": rows, "heads": heads, "m_blocks": m_blocks, "n_blocks": n_blocks,
+            "num_splits": num_splits, "thread_blocks": m_blocks * num_splits * batch * heads}
+
+
+def _f32(x: float) -> float:
+    """x rounded to float32, as the C++ ``float`` arithmetic of the heuristic rounds it."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _fa2_num_splits_heuristic(blocks: int, slots: int, n_blocks: int, max_splits: int) -> int:
+    """``num_splits_heuristic`` of FlashAttention-2's flash_api.cpp, line for line (in float32)."""
+    if blocks >= _f32(_f32(0.8) * slots):
+        return 1
+    max_splits = min(max_splits, slots, n_blocks)
+
+    def eligible(s: int) -> bool:
+        return s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))
+
+    efficiency = []
+    for s in range(1, max_splits + 1):
+        if not eligible(s):
+            efficiency.append(0.0)
+        else:
+            waves = _f32(blocks * s / slots)
+            efficiency.append(_f32(waves / math.ceil(waves)))
+    best = max(efficiency, default=0.0)
+    for s in range(1, max_splits + 1):
+        if eligible(s) and efficiency[s - 1] >= 0.85 * best:
+            return s
+    return 1

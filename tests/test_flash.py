@@ -151,6 +151,33 @@ def test_io_ledger_flash2_loop_order():
         flash2_io_bytes(n, d, m, b, block_q=0)
 
 
+def test_io_ledger_cluster_shares_each_k_v_load():
+    """A cluster of thread blocks on neighbouring query blocks loads each K, V block once for all of
+    them (FlashAttention-3's 2-CTA clusters with TMA multicast): K, V bytes once per cluster."""
+    n, d, b, m = 8192, 128, 2, 228 * 1024
+    one = flash2_io_bytes(n, d, m, b, block_q=128)
+    pair = flash2_io_bytes(n, d, m, b, block_q=128, cluster=2)
+    assert one["cluster"] == 1 and pair["cluster"] == 2
+    t_r = n // 128  # 64 query blocks: an even number, 32 clusters
+    assert pair["total"] == 2 * n * d * b + 4 * n + (t_r // 2) * 2 * n * d * b
+    # a loop written out: per cluster, one read of every K and V block
+    loop = 2 * n * d * b + 4 * n
+    for _ in range(0, t_r, 2):
+        loop += 2 * n * d * b
+    assert loop == pair["total"]
+    # two blocks of 128 rows sharing their K, V loads move what one block of 256 rows would
+    assert pair["total"] == flash2_io_bytes(n, d, m, b, block_q=256)["total"]
+    # about twice the FLOPs per byte: 4 N^2 D over the bytes, near 512 / b for large N
+    ratio = (4 * n * n * d / pair["total"]) / (4 * n * n * d / one["total"])
+    assert 1.9 < ratio < 2
+    # an odd number of query blocks: the last cluster is a whole one in the count
+    assert flash2_io_bytes(3 * 128, d, m, b, block_q=128, cluster=2)["total"] == (
+        2 * 384 * d * b + 4 * 384 + 2 * 2 * 384 * d * b)
+    assert flash2_io_bytes(n, d, m, b, block_q=128, cluster=1) == one
+    with pytest.raises(ValueError, match="cluster"):
+        flash2_io_bytes(n, d, m, b, cluster=0)
+
+
 @pytest.mark.parametrize(
     "kwargs,name",
     [

@@ -1,5 +1,7 @@
 """attn_core.inference: FLOPs and bytes per operation, the decode step, serving arithmetic."""
 
+import math
+
 import pytest
 import torch
 
@@ -9,9 +11,11 @@ from attn_core.inference import (
     decode_attention,
     decode_bytes,
     exp_roof_flops,
+    fa2_decode_launch,
     layer_ops,
     measure_bandwidth,
     measure_matmul_flops,
+    measure_roofs,
     mla_decode_ops,
     serving,
     serving_memory,
@@ -102,7 +106,8 @@ def test_serving_arithmetic():
 
 def test_h100_figures_of_the_fa3_paper():
     """FlashAttention-3 (Shah et al. 2024): 3.9 TFLOPS of special functions, 16 per SM per clock at
-    1.83 GHz on 132 SMs; 989 / 3.9 is about 256; L2 50 MiB; 256 KiB of registers per SM."""
+    1.83 GHz on 132 SMs (footnotes of sections 2.2 and 3.1); 989 / 3.9 is about 256; L2 50 MiB and
+    256 KiB of registers per SM (Table 1)."""
     assert H100_SXM["exp_per_s"] == pytest.approx(3.9e12, rel=0.01)
     assert H100_SXM["bf16_flops"] / H100_SXM["exp_per_s"] == pytest.approx(256, rel=0.01)
     assert H100_SXM["num_sms"] == 132 and H100_SXM["l2_bytes"] == 50 * 2**20
@@ -201,6 +206,66 @@ def test_batching_raises_the_weights_intensity_not_attentions():
 def test_measurements_are_positive():
     assert measure_matmul_flops(128, repeats=2) > 0
     assert measure_bandwidth(1 << 20, repeats=2) > 0
+
+
+def test_measure_roofs_takes_the_best_over_threads_and_repeats():
+    """pi and beta are each the maximum over the thread counts (each already the best of its
+    repeats), the ridge is their ratio, and torch's thread count is restored."""
+    default = torch.get_num_threads()
+    roofs = measure_roofs(128, 1 << 20, thread_counts=(default, 1, 1), repeats=2)
+    assert torch.get_num_threads() == default
+    assert list(roofs["by_threads"]) == list(dict.fromkeys((default, 1)))  # each count once
+    assert roofs["flops"] == max(r["flops"] for r in roofs["by_threads"].values()) > 0
+    assert roofs["bandwidth"] == max(r["bandwidth"] for r in roofs["by_threads"].values()) > 0
+    assert roofs["ridge"] == roofs["flops"] / roofs["bandwidth"]
+    one = measure_roofs(64, 1 << 16, thread_counts=(1,), repeats=1)
+    assert list(one["by_threads"]) == [1] and torch.get_num_threads() == default
+    for bad in ((), (0,)):
+        with pytest.raises(ValueError, match="thread_counts"):
+            measure_roofs(64, 1 << 16, thread_counts=bad)
+    with pytest.raises(ValueError, match="repeats"):
+        measure_roofs(64, 1 << 16, repeats=0)
+
+
+def _splits_by_hand(blocks, slots, n_blocks):
+    """FlashAttention-2's num_splits_heuristic, restated: fewest eligible splits within 85% of the
+    best wave efficiency; one split when the blocks nearly fill the slots."""
+    if blocks >= 0.8 * slots:
+        return 1
+    top = min(128, slots, n_blocks)
+    eligible = [s for s in range(1, top + 1) if s == 1 or -(-n_blocks // s) != -(-n_blocks // (s - 1))]
+    eff = {s: (blocks * s / slots) / math.ceil(blocks * s / slots) for s in eligible}
+    return min(s for s in eligible if eff[s] >= 0.85 * max(eff.values()))
+
+
+def test_fa2_decode_launch_packs_a_group_per_block_and_picks_its_splits():
+    """Llama 3 8B (H = 32, H_kv = 8, D = 128), one sequence at N = 32768: the 4 query heads of a K/V
+    head share one thread block (8 blocks unsplit); the heuristic fills 2 x 132 slots with 29 chunks."""
+    one = fa2_decode_launch(1, 32, 8, 32768, 128, num_splits=1)
+    assert one == {"query_rows": 4, "heads": 8, "m_blocks": 1, "n_blocks": 256, "num_splits": 1,
+                   "thread_blocks": 8}
+    auto = fa2_decode_launch(1, 32, 8, 32768, 128)
+    assert auto["num_splits"] == _splits_by_hand(8, 264, 256) == 29
+    assert auto["thread_blocks"] == 29 * 8 and 0.85 * 264 <= 29 * 8 < 264
+    # MHA: no swap, one block per (sequence, head); enough blocks: no split
+    mha = fa2_decode_launch(1, 32, 32, 32768, 128)
+    assert (mha["query_rows"], mha["heads"]) == (1, 32)
+    assert mha["num_splits"] == _splits_by_hand(32, 264, 256)
+    assert fa2_decode_launch(64, 32, 8, 32768, 128)["num_splits"] == 1  # 512 blocks >= 0.8 x 264
+    # key blocks of 256 rows for D <= 64, 128 for D <= 128, else 64
+    assert [fa2_decode_launch(1, 8, 8, 1000, d)["n_blocks"] for d in (64, 128, 256)] == [4, 8, 16]
+    # a large group spans several blocks of 64 query rows
+    assert fa2_decode_launch(1, 128, 1, 4096, 128)["m_blocks"] == 2
+    for batch, h, h_kv, n, d in [(1, 32, 8, 4096, 128), (2, 64, 8, 100_000, 128), (3, 16, 16, 777, 64),
+                                 (1, 8, 1, 50_000, 256)]:
+        got = fa2_decode_launch(batch, h, h_kv, n, d)
+        blocks = batch * got["heads"] * got["m_blocks"]
+        assert got["num_splits"] == _splits_by_hand(blocks, 264, got["n_blocks"])
+        assert got["thread_blocks"] == blocks * got["num_splits"]
+    with pytest.raises(ValueError, match="num_splits"):
+        fa2_decode_launch(1, 32, 8, 4096, 128, num_splits=-1)
+    with pytest.raises(ValueError, match="num_heads"):
+        fa2_decode_launch(1, 30, 8, 4096, 128)
 
 
 @pytest.mark.parametrize(
