@@ -23,7 +23,7 @@ const NUMBER = "[0-9]{1,3}(?:,[0-9]{3})+(?:\\.[0-9]*)?(?:[eE][+-]?[0-9]+)?|[0-9]
 const TOKEN = new RegExp(`[ \\t\\n\\r]*(?:(${NUMBER})|(log2|log10|[A-Za-z]+)|([-+*/^()%]))`, "y");
 const EXAMPLES = {
   bytes: "2.4 GiB, 26.6 GB or 2^30 B",
-  FLOPs: "5.2e11, 515 GFLOPs or 4*4096^2*3072",
+  FLOPs: "7.3e9, 640 GFLOPs or 4*8192^2*2048",
   none: "18432, 18,432, 1.2e9, 43% or ln 9",
   count: "18432, 18,432 or 1.2e9",
 };

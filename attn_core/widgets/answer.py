@@ -141,4 +141,4 @@ class AnswerBox(anywidget.AnyWidget):
         return f"AnswerBox(label={self.spec['label']!r}, unit={self.spec['unit']!r})"
 
 
-_PLACEHOLDER = {"bytes": "e.g. 2.4 GiB", "FLOPs": "e.g. 5.2e11", None: "a number", "count": "a number"}
+_PLACEHOLDER = {"bytes": "e.g. 2.4 GiB", "FLOPs": "e.g. 7.3e9", None: "a number", "count": "a number"}
