@@ -79,7 +79,11 @@ SYMBOLS: dict[str, str] = {
               "foreach 1, fused 0)",
     "o_bwd": "1 if the optimizer steps inside the backward, one parameter at a time (switch: "
              "optimizer_in_backward)",
-    "l_loss": "bytes per logit at the loss (switch: loss)",
+    "l_loss": "bytes per logit at the loss (switch: loss); under tensor parallelism the output layer "
+              "and the loss are taken as vocabulary-parallel (Megatron-LM's cross-entropy, PyTorch's "
+              "loss_parallel): each rank holds 1/t of the logits",
+    "c_cast": "1 if float32 weights are cast to bf16 for compute by torch.autocast, which keeps the "
+              "casts through the forward (switch: precision; fp32_params)",
     "q_in": "QLoRA: 1 if every quantized projection keeps its input for backward (bitsandbytes), 0 if "
             "none does (torchao's NF4) (switch: finetune)",
     "k_ldrop": "LoRA: 1 with dropout on the adapters' inputs, PEFT's lora_dropout > 0 (switch: lora_dropout)",
@@ -139,7 +143,7 @@ ASSUMPTIONS: dict[str, dict] = {
     **dict.fromkeys(("P_io", "P_layer", "P_lin", "P_lora", "n_lora", "r_lora"), _NONNEG_INT),
     **dict.fromkeys(("n_py", "kr", "sl", "u_cpu", "r_op", "r_off", "f_lora", "f_quant", "q_w", "a_qkv",
                      "a_o", "a_up", "a_down", "m_b", "u_q", "m_q", "f_temp", "o_bwd", "l_loss", "q_in",
-                     "k_ldrop"),
+                     "k_ldrop", "c_cast"),
                     {"nonnegative": True}),
     **dict.fromkeys(("k_drop", "a_saved", "u_mask", "c_mask", "w_ffn", "n_rms", "g_swiglu", "e_fused",
                      "r_sel", "r_full", "z_1", "z_2", "z_3", "o_master", "n_opt", "s_sp"),
@@ -167,11 +171,11 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     # with float32 gradients (18); fp32_params: float32 parameters and gradients computed in bf16, as
     # FSDP2's MixedPrecisionPolicy and torch.autocast keep them (16); bf16_pure: no master copy, bf16
     # moments (8: torchtune, LitGPT "bf16-true"); fp32: everything in float32 (16, activations 4).
-    "precision": {"fp32": {"w_b": 4, "g_b": 4, "o_master": 0, "m_b": 4, "b": 4},
-                  "bf16_mixed": {"w_b": 2, "g_b": 2, "o_master": 4, "m_b": 4, "b": 2},
-                  "megatron": {"w_b": 2, "g_b": 4, "o_master": 4, "m_b": 4, "b": 2},
-                  "fp32_params": {"w_b": 4, "g_b": 4, "o_master": 0, "m_b": 4, "b": 2},
-                  "bf16_pure": {"w_b": 2, "g_b": 2, "o_master": 0, "m_b": 2, "b": 2}},
+    "precision": {"fp32": {"w_b": 4, "g_b": 4, "o_master": 0, "m_b": 4, "b": 4, "c_cast": 0},
+                  "bf16_mixed": {"w_b": 2, "g_b": 2, "o_master": 4, "m_b": 4, "b": 2, "c_cast": 0},
+                  "megatron": {"w_b": 2, "g_b": 4, "o_master": 4, "m_b": 4, "b": 2, "c_cast": 0},
+                  "fp32_params": {"w_b": 4, "g_b": 4, "o_master": 0, "m_b": 4, "b": 2, "c_cast": 1},
+                  "bf16_pure": {"w_b": 2, "g_b": 2, "o_master": 0, "m_b": 2, "b": 2, "c_cast": 0}},
     # the 8- and 4-bit moments of torchao's AdamW8bit and AdamW4bit: blocks of 256 and 128 values
     # with one float32 scale each
     "optimizer": {"adamw": {"n_opt": 2, "u_q": 0, "m_q": 0},

@@ -90,7 +90,8 @@ def training_state_bytes(num_params: int, *, precision: str = "bf16_mixed", opti
         raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
     switches = {**SWITCHES["precision"][precision], **SWITCHES["optimizer"][optimizer],
                 **SWITCHES["zero"][str(zero_stage)]}
-    switches.pop("b")  # the activations' bytes: not part of the training state
+    for sym in ("b", "c_cast"):  # the activations' bytes and autocast's copies: not the training state
+        switches.pop(sym)
     state = formulas.training_state(P_w=num_params, N_d=dp_ranks, **switches)
     return {k: _exact(Fraction(state[k])) for k in ("weights", "gradients", "optimizer")}
 

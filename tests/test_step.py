@@ -403,8 +403,56 @@ def test_zero3_gathers_a_frozen_base_as_stored():
                               lora_modules=("q", "v"), precision="bf16_pure", optimizer_impl="fused")
         weights = (L * stored + 2 * io + 2 * lora) / dp
         grads, moments = 2 * lora / dp, 4 * lora / dp
-        gathered = 2 * stored + (finetune == "qlora") * 2 * d * F  # two blocks; a dequantized matrix
+        # two blocks, the root unit (input and output layers, whole through the backward), a dequantized
+        # QLoRA matrix
+        gathered = 2 * stored + 2 * io + (finetune == "qlora") * 2 * d * F
         assert out["phase.backward_end"] == -(-(weights + grads + moments + gathered) // 1)
+
+
+def test_zero3_keeps_the_root_unit_whole_through_the_backward():
+    """FSDP2 does not reshard its root unit (embeddings, final norm, output layer) after the forward and
+    reduces its gradients only at the end of the backward: the last block's backward holds the root's bf16
+    weights and the output layer's whole gradient; the end of backward all of the root's gradients."""
+    m, dp = LLAMA3, 8
+    P_io, V, d = m.io_params(), m.vocab_size, m.d_model
+    kw = dict(B=1, precision="fp32_params", recompute="full", optimizer_impl="fused", dp=dp)
+    z2, z3 = (training_memory(m, 4096, zero=z, **kw) for z in (2, 3))
+    # ZeRO-3 against ZeRO-2 at the end of backward: weights sharded, gathered blocks, the root whole
+    block = (m.num_params() - P_io) / m.num_layers
+    extra = -m.num_params() * 4 * (1 - Fraction(1, dp)) + 2 * 2 * block + 4 * block \
+        + 2 * P_io + P_io * 4 * (1 - Fraction(1, dp))
+    assert abs(z3["phase.backward_end"] - z2["phase.backward_end"] - extra) <= 2
+    # the last block's backward: the output layer's gradient whole (fp32), not its shard
+    out_grad_whole = V * d * 4
+    casts = 2 * (m.num_params() - P_io + V * d)  # autocast copies (ZeRO-2); ZeRO-3 gathers instead
+    assert abs(z3["phase.backward"] - z2["phase.backward"] - (
+        -m.num_params() * 4 * (1 - Fraction(1, dp)) + 2 * 2 * block + 4 * block + 2 * P_io
+        + out_grad_whole - out_grad_whole / dp - casts)) <= 2
+
+
+def test_autocast_keeps_bf16_copies_of_float32_weights(monkeypatch):
+    from attn_core.symbols import SWITCHES
+
+    """torch.autocast casts each float32 weight to bf16 for a matmul and the matmul saves the cast for the
+    backward (measured here on the CPU's autocast): 2 bytes a parameter of the block matrices and the
+    output head, counted (c_cast, precision "fp32_params") unless ZeRO-3 gathers bf16 blocks instead."""
+    torch.manual_seed(0)
+    layers = torch.nn.Sequential(torch.nn.Linear(64, 96, bias=False), torch.nn.Linear(96, 64, bias=False))
+    x = torch.randn(8, 64, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        saved = saved_tensor_bytes(layers, x)
+    casts = [t for t in saved if t.dtype == torch.bfloat16 and t.shape in ((96, 64), (64, 96))]
+    assert sum(t.nbytes for t in casts) == 2 * sum(p.numel() for p in layers.parameters())
+
+    m, kw = LLAMA3, dict(B=1, recompute="full", optimizer_impl="fused", dp=8)
+    expected = 2 * (m.num_params() - m.io_params() + m.vocab_size * m.d_model)
+    for zero, counted in ((0, expected), (3, 0)):
+        with_casts = training_memory(m, 4096, precision="fp32_params", zero=zero, **kw)
+        with monkeypatch.context() as mp:  # the same step, autocast's copies switched off
+            mp.setitem(SWITCHES["precision"]["fp32_params"], "c_cast", 0)
+            without = training_memory(m, 4096, precision="fp32_params", zero=zero, **kw)
+        assert with_casts["phase.forward"] - without["phase.forward"] == counted
+        assert with_casts["phase.backward_end"] == without["phase.backward_end"]  # freed by then
 
 
 def test_quantized_moments_are_stepped_in_float32_one_parameter_at_a_time():

@@ -143,7 +143,8 @@ def rebuilt_bytes(B, N, N_k, d, H, H_kv, D, F, b, n_py, n_rms, kr, sl, g_swiglu,
 def step_items(B, N, n_vocab, L, P_w, P_io, P_layer, P_lin, P_lora, d, H, H_kv, D, F, b, n_py, n_rms,
                kr, sl, g_swiglu, e_fused, k_drop, u_mask, u_cpu, r_sel, r_op, r_full, r_off, f_lora, f_quant,
                q_w, a_qkv, a_o, a_up, a_down, n_lora, r_lora, w_b, g_b, o_master, n_opt, m_b, u_q, m_q,
-               f_temp, o_bwd, l_loss, z_1, z_2, z_3, N_d, t, s_sp, c, pp, q_in=0, k_ldrop=0) -> dict:
+               f_temp, o_bwd, l_loss, z_1, z_2, z_3, N_d, t, s_sp, c, pp, q_in=0, k_ldrop=0,
+               c_cast=0) -> dict:
     """Bytes on the busiest rank of a training step: by item at the step's peak, and each phase's total.
 
     Parameters: ``P_w`` in all, ``P_io`` of the input and output layers (embeddings, the output
@@ -169,9 +170,11 @@ def step_items(B, N, n_vocab, L, P_w, P_io, P_layer, P_lin, P_lora, d, H, H_kv, 
       ``n_vocab`` logits, split over TP by vocabulary and over CP by tokens), the final norm and the
       head's input;
     * ``buffers``: ZeRO-3's gathered blocks (as stored: bf16, or a LoRA base in b bytes with its QLoRA
-      matrices quantized; at the loss the last block, kept unsharded for its backward, and the input and
-      output layers; in the backward two blocks and one block's unsharded gradient, unless the base is
-      frozen), the block a recomputation rebuilds, a QLoRA matrix dequantized in b bytes, the
+      matrices quantized; at the loss the last block, kept unsharded for its backward; in the backward two
+      blocks and one block's unsharded gradient, unless the base is frozen) and its root unit (the input and
+      output layers, gathered from the forward to the end of the backward, their gradients whole until
+      then), autocast's bf16 copies of float32 weights (``c_cast``, without ZeRO-3), the block a
+      recomputation rebuilds, a QLoRA matrix dequantized in b bytes, the
       optimizer step's temporaries (foreach's copy of the trained parameters; quantized moments, ``u_q``,
       dequantized to float32 one parameter at a time, the largest being the n_vocab x d embedding).
 
@@ -220,7 +223,12 @@ def step_items(B, N, n_vocab, L, P_w, P_io, P_layer, P_lin, P_lora, d, H, H_kv, 
     # a trained weight) and the head's input, kept for the head's weight gradient (not for a frozen head)
     final_norm = d * b * (1 - n_py) + n_py * d * (4 + b * (1 - f_lora)) + 4 + (1 - f_lora) * d * b
     logits = tok * n_vocab * tp * l_loss + tok * sp * final_norm
-    out_grad = (1 - o_bwd) * (1 - f_lora) * n_vocab * d * tp * g_b * share(z_2)
+    # the output layer's gradient, made first in the backward; FSDP (ZeRO-3) reduces the root unit's
+    # gradients (embeddings, final norm, output layer) only at the end of the backward
+    # (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, _root_post_backward_final_callback), so until
+    # then they are whole
+    out_grad = (1 - o_bwd) * (1 - f_lora) * n_vocab * d * tp * g_b * (share(z_2) + z_3 * (1 - share(z_2)))
+    root_grads = z_3 * (1 - o_bwd) * (1 - f_lora) * P_io * tp * g_b * (1 - share(z_2))
     rebuilt = rebuilt_bytes(**args, r_sel=r_sel, r_op=r_op, r_full=r_full) * tp
     # ZeRO-3 gathers two blocks as they are stored (bf16 to compute in; a frozen base in b bytes, its
     # QLoRA matrices quantized) and, in the backward only, one block's unsharded gradient before its
@@ -228,7 +236,14 @@ def step_items(B, N, n_vocab, L, P_w, P_io, P_layer, P_lin, P_lora, d, H, H_kv, 
     stored = (1 - f_lora) * 2 * P_layer + f_lora * (P_layer * b - f_quant * _ratio(P_lin, L) * (b - q_w))
     gathered_fwd = z_3 * tp * stored  # at the loss: the last block, kept unsharded for its backward
     gathered = z_3 * tp * (2 * stored + (1 - f_lora) * P_layer * g_b)
-    io_layers = z_3 * P_io * tp * 2  # the input and output layers, gathered in bf16 around the loss
+    # the root unit (input and output layers) is gathered in bf16 for the forward and, FSDP2 keeping the
+    # root unsharded after its forward (it is not resharded: its post-forward mesh is None), stays whole
+    # through the backward
+    io_layers = z_3 * P_io * tp * 2
+    # torch.autocast's bf16 copies of float32 weights (c_cast): cached through the forward and saved by the
+    # matmuls for the backward (the block matrices and the output head); FSDP2's gathered bf16 blocks
+    # (ZeRO-3) take their place
+    casts = c_cast * (1 - z_3) * 2 * (stage_blocks + n_vocab * d) * tp
     dequant = f_quant * d * F * tp * b  # one QLoRA matrix dequantized for its matmul
     # the optimizer step: foreach's copy of the trained parameters (of one at a time when the step runs
     # inside the backward); quantized moments (torchao's AdamW8bit, AdamW4bit) are stepped one parameter
@@ -244,13 +259,13 @@ def step_items(B, N, n_vocab, L, P_w, P_io, P_layer, P_lin, P_lora, d, H, H_kv, 
     first_logits = logits * maximum(0, 2 - pp)  # 1 without a pipeline, else 0: the last stage has them
     phases = {
         "forward": {"gradients": 0, "activations": activations, "logits": first_logits,
-                    "buffers": gathered_fwd + io_layers + dequant},
+                    "buffers": gathered_fwd + io_layers + dequant + casts},
         "forward_last": {"gradients": 0, "activations": last_stage, "logits": logits,
-                         "buffers": gathered_fwd + io_layers + dequant},
+                         "buffers": gathered_fwd + io_layers + dequant + casts},
         "backward": {"gradients": out_grad, "activations": activations, "logits": 0,
-                     "buffers": gathered + rebuilt + dequant},
+                     "buffers": gathered + io_layers + rebuilt + dequant + casts},
         "backward_end": {"gradients": grads, "activations": 0, "logits": 0,
-                         "buffers": gathered + rebuilt + dequant},
+                         "buffers": gathered + io_layers + root_grads + rebuilt + dequant},
         "step": {"gradients": step_grads, "activations": 0, "logits": 0, "buffers": temporaries},
     }
     out = {}
