@@ -20,7 +20,7 @@ from fractions import Fraction
 import pytest
 import traitlets
 
-from attn_core import flops, formulas, kv_cache, ledger, training
+from attn_core import flops, formulas, inference, kv_cache, ledger, training
 from attn_core import widgets as W
 
 STATIC = formulas.GENERATED_JS.parent
@@ -37,10 +37,11 @@ def flops_state(N=4096, d=3072, H=24, ffn="mlp", causal=False, F=None, H_kv=None
 
 
 def explorer_state(model=None, N=4096, dtype="bf16", causal=False, dropout=True, B=1, saved="teaching",
-                   mask="dtype", **arch):
-    base = W.model_traits(kv_cache.MODELS[model or W.DEFAULT_MODEL])
-    return {**base, **arch, "N": N, "dtype": dtype, "causal": causal, "dropout": dropout, "B": B,
-            "saved": saved, "mask": mask}
+                   mask="dtype", mem=80, mem_unit="GB", base=None, **arch):
+    preset = W.model_traits(kv_cache.MODELS[model or W.DEFAULT_MODEL])
+    return {**preset, **arch, "N": N, "dtype": dtype, "causal": causal, "dropout": dropout, "B": B,
+            "saved": saved, "mask": mask, "base": base or model or W.DEFAULT_MODEL, "mem": mem,
+            "mem_unit": mem_unit}
 
 
 def config_of(state) -> kv_cache.ModelConfig:
@@ -51,6 +52,15 @@ def config_of(state) -> kv_cache.ModelConfig:
         window=state["window"] or None, d_v=state["D_v"],
         kv_lora_rank=state["kv_latent"] - state["rope_dim"] if mla else None,
         rope_dim=state["rope_dim"] if mla else None, q_lora_rank=state["q_lora"] or None)
+
+
+def whole_model_of(state) -> kv_cache.ModelConfig:
+    """The whole model whose weights an Explorer state holds: its base preset (vocabulary, norms, biases,
+    experts) with the state's shape; a dense FFN (and the dense blocks of a mixture of experts) F wide."""
+    shape = config_of(state)
+    fields = ("num_layers", "d_model", "num_heads", "num_kv_heads", "d_head", "ffn_dim", "ffn", "window",
+              "d_v", "kv_lora_rank", "rope_dim", "q_lora_rank")
+    return kv_cache.MODELS[state["base"]].with_(**{f: getattr(shape, f) for f in fields}, dense_ffn_dim=0)
 
 
 # ------------------------------------------------------------------------- grids (readable ids)
@@ -81,6 +91,21 @@ EXPLORER_GRID = [
         (100, 4, (2048, 16, 4), 24, 5632, "swiglu", 4096),
         (1048576, 1, (16384, 128, 8), 126, 53248, "swiglu", 0),
     ]
+] + [  # serving: users, memory in GB and GiB, weights that do and do not fit, custom shapes on a base
+    explorer_state(model, N, dtype, B=B, mem=mem, mem_unit=unit)
+    for model, N, dtype, B, mem, unit in [
+        ("Llama 3 8B", 8192, "bf16", 32, 80, "GB"), ("Llama 3 8B", 8192, "bf16", 64, 80, "GB"),
+        ("Llama 3 70B", 131072, "fp8", 3, 141, "GB"), ("Llama 2 70B", 4096, "bf16", 1, 80, "GiB"),
+        ("DeepSeek-V2", 32768, "fp8", 100, 640, "GB"), ("GPT-2 small", 1024, "fp32", 256, 24, "GiB"),
+        ("Mistral 7B", 65536, "bf16", 16, 74.5, "GiB"), (None, 4096, "bf16", 7, 40, "GB"),
+        ("Llama 3 8B", 1048576, "fp32", 2, 0.5, "GB"),
+    ]
+] + [
+    explorer_state(None, 32768, "bf16", B=B, mem=80, base=base, d=d, H=H, H_kv=H_kv, L=L, D=d // H,
+                   D_v=d // H, F=F, ffn="swiglu", window=0, kv_latent=0, rope_dim=0, q_lora=0)
+    for base, B, (d, H, H_kv), L, F in [("Llama 3 8B", 4, (2048, 16, 4), 16, 7168),
+                                        ("GPT-2 small", 9, (1024, 16, 16), 24, 4096),
+                                        ("DeepSeek-V2", 2, (4096, 32, 8), 30, 11008)]
 ]
 
 
@@ -157,7 +182,8 @@ def training_memory_of(state) -> dict:
 def _id(state):
     return ",".join(f"{k}={v}" for k, v in state.items() if k in ("B", "N", "d", "H", "H_kv", "L", "dtype",
                                                                     "dropout", "ffn", "causal", "F",
-                                                                    "window", "saved", "mask"))
+                                                                    "window", "saved", "mask", "base",
+                                                                    "mem", "mem_unit"))
 
 
 # ------------------------------------------------------------------------- values == library
@@ -177,6 +203,10 @@ def test_spec_is_json_and_names_every_symbol():
             fit = spec["fit"]
             menus = [spec["switches"][menu] for menu in fit["model_menus"].values()]
             set_by_page |= set(fit["model_symbols"]) | {s for m in menus for opt in m.values() for s in opt}
+        if "base" in recipe:  # a preset's symbols, the same set for every preset
+            base = [set(m["symbols"]) for m in spec["models"].values()]
+            assert all(b == base[0] for b in base)
+            set_by_page |= base[0]
         env = {name: Fraction(2) for name in set_by_page}
         formulas.widget_values(kind, env)  # every symbol the formulas need is set by a slider or a menu
         assert set_by_page <= set(spec["symbols"]), "every symbol is documented"
@@ -257,6 +287,23 @@ def test_explorer_values_equal_library(state):
                                                                   bytes_per_value=b)
     # the KV cache (without a window) equals the state at n_star_kv_state
     assert v["n_star_kv_state"] * v["kv_bytes_per_token"] * B == v["linear_state_bytes"]
+    # serving: every weight of the whole model (ModelConfig.num_params, counted by transformers for the
+    # presets in test_models.py) + B users' caches, as inference.serving_memory counts them
+    whole = whole_model_of(state)
+    assert v["params"] == whole.num_params()
+    held = inference.serving_memory(whole, N, users=B, bytes_per_value=b)
+    assert v["weights_bytes"] == held["weight_bytes"]
+    assert v["kv_bytes_per_user"] == held["kv_bytes_per_user"] and v["kv_cache_bytes"] == held["kv_bytes"]
+    assert v["serving_bytes"] == held["total_bytes"]
+    mem = Fraction(state["mem"]) * {"GB": 10**9, "GiB": 2**30}[state["mem_unit"]]
+    assert v["mem_bytes"] == mem and v["serving_fits"] == (held["total_bytes"] <= mem)
+    assert v["weights_fit"] == (held["weight_bytes"] <= mem)
+    # the most users: they fit, and one more does not (none when the weights alone do not fit)
+    k, per_user = v["users_max"], held["kv_bytes_per_user"]
+    if held["weight_bytes"] > mem:
+        assert k == 0
+    else:
+        assert held["weight_bytes"] + k * per_user <= mem < held["weight_bytes"] + (k + 1) * per_user
 
 
 def _fit_id(state):
@@ -438,6 +485,37 @@ def test_flops_widget_presets_give_the_models_crossover():
     w.model = "GPT-2 small"
     assert (w.d, w.H, w.H_kv, w.F, w.ffn) == (768, 12, 12, 3072, "mlp") and w.model == "GPT-2 small"
     assert W.FlopsWidget.compute_values(model="Llama 3 8B")["n_star"] == 26624
+
+
+def test_explorer_serving_readouts():
+    """The users' total and the users that fit follow B and the memory; a preset's weights are its
+    num_params at b bytes; a custom shape keeps the last preset's vocabulary (base); the worked example
+    (no vocabulary) holds its blocks' weights only."""
+    e = W.Explorer(model="Llama 3 8B", N=8192)
+    m = kv_cache.MODELS["Llama 3 8B"]
+    assert (e.base, e.B, e.mem, e.mem_unit) == ("Llama 3 8B", 1, 80.0, "GB")
+    assert e.values["weights_bytes"] == 2 * m.num_params() == 2 * 8_030_261_248
+    for users in (1, 32, 128):
+        e.B = users
+        assert e.values["serving_bytes"] == inference.serving_memory(m, 8192, users=users)["total_bytes"]
+    fit80 = e.values["users_max"]
+    assert fit80 == (80 * 10**9 - 2 * m.num_params()) // m.kv_bytes(8192)
+    e.mem_unit = "GiB"  # as 90_sizing_recipes counts it: 80 GiB
+    assert e.values["users_max"] == (80 * 2**30 - 2 * m.num_params()) // m.kv_bytes(8192) > fit80
+    e.dtype = "fp8"  # weights and caches at 1 byte
+    assert e.values["weights_bytes"] == m.num_params()
+    e.L = 16  # a slider: custom, with Llama 3 8B's vocabulary
+    assert (e.model, e.base) == ("custom", "Llama 3 8B")
+    assert e.values["params"] == m.with_(num_layers=16).num_params()
+    e.model = "GPT-2 small"
+    assert e.base == "GPT-2 small" and e.values["params"] == kv_cache.MODELS["GPT-2 small"].num_params()
+    e.base = "Llama 3 8B"  # another preset's weights: no longer the preset itself
+    assert e.model == "custom"
+    w = W.Explorer()  # the worked example: its blocks (and final norm), the "3.6B" of its name
+    worked = kv_cache.MODELS[W.DEFAULT_MODEL]
+    assert worked.vocab_size == 0 and w.values["params"] == worked.num_params() == 3_624_278_016
+    with pytest.raises(traitlets.TraitError, match="mem"):
+        w.mem = 0
 
 
 def test_explorer_presets_and_custom():

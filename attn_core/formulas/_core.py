@@ -1,6 +1,6 @@
 """The machinery of the formulas: the book's symbols, the ``formula`` decorator and the helpers that
 work on numbers and on SymPy expressions alike (``where``, ``eq``, ``le``, ``maximum``, ``minimum``,
-``sqrt``), and the few tools the crossovers need."""
+``sqrt``, ``floor``), and the few tools the crossovers need."""
 
 from __future__ import annotations
 
@@ -95,6 +95,16 @@ def sqrt(x):
     import sympy as sp
 
     return sp.sqrt(x)
+
+
+def floor(x):
+    """The largest integer <= x: an int for a number (exact for Fractions), SymPy's floor for symbols
+    (printed as Math.floor)."""
+    if _is_number(x):
+        return math.floor(x)
+    import sympy as sp
+
+    return sp.floor(x)
 
 
 def _ratio(a, b):

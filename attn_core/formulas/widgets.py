@@ -9,6 +9,7 @@ import re
 from ._core import (
     _is_number,
     _ratio,
+    floor,
     le,
     linear_and_quadratic,
     maximum,
@@ -19,7 +20,7 @@ from ._core import (
     where,
 )
 from .attention import MHA, fused_bytes, kv_cache_bytes, layer_flops, linear_state_bytes, memory_items
-from .model import step_model
+from .model import model_params, step_model
 from .step import PHASES, STEP_TOTAL_ITEMS, step_items
 
 
@@ -126,6 +127,17 @@ def _explorer_values(e: dict, names=None) -> dict:
     kv = _take(kv_cache_bytes, e)
     kv_per_token = _take(kv_cache_bytes, e, N=1, B=1, W=0)
     state = _take(linear_state_bytes, e, D_k=e["D"])
+    # serving: the weights held once (model_params: the sliders' shape with the preset's vocabulary,
+    # norms, biases and experts; MLA's latent rank R_kv = R - D_r; a dense FFN, and a mixture of
+    # experts' dense blocks, F wide) + B users' KV caches, against the accelerator's memory
+    # (named: the printed comparisons then read a few constants, not the piecewise sums)
+    name = names or (lambda _key, value: value)
+    r_kv = name("R_kv", maximum(0, e["R"] - e["D_r"]))
+    params = name("params", _take(model_params, e, R_kv=r_kv, F_dense=e["F"])["P_w"])
+    weights = name("weights", params * e["b"])
+    kv_user = name("kv_user", _take(kv_cache_bytes, e, B=1))
+    mem = name("mem", e["M_mem"] * e["u_mem"])
+    held = name("held", weights + kv)
     return {
         **_flops_summary(lin, quad, lin1, quad1, "n_star_flops"),
         "n_star_flops_attention": lambda: lin1_a / quad1,
@@ -140,6 +152,15 @@ def _explorer_values(e: dict, names=None) -> dict:
         "linear_state_bytes": state,
         "kv_over_state": lambda: kv / state,
         "n_star_kv_state": lambda: state / (e["B"] * kv_per_token),
+        "params": params,
+        "weights_bytes": weights,
+        "kv_bytes_per_user": kv_user,
+        "serving_bytes": held,
+        "mem_bytes": mem,
+        "serving_fits": where(le(held, mem), 1, 0),
+        "weights_fit": where(le(weights, mem), 1, 0),
+        # the most users whose caches fit beside the weights (0 when the weights alone do not fit)
+        "users_max": where(le(weights, mem), floor(_ratio(mem - weights, kv_user)), 0),
     }
 
 

@@ -22,12 +22,17 @@ function fitModelFields(spec, preset, config) {
 }
 
 // the symbols of a widget's formulas from its state: the model's (its fields through spec.fit's table),
-// the members of a list (1 if the list holds the item), inputs (symbol <- trait) and menus (switches)
+// a base preset's (the explorer's weights), the members of a list (1 if the list holds the item), inputs (symbol <- trait) and menus (switches)
 function buildEnv(recipe, state, spec) {
   const env = { ...recipe.constants };
   if (recipe.model) {
     const fields = fitModelFields(spec, state[recipe.model.preset], state[recipe.model.config]);
     Object.assign(env, modelSymbols(fields, spec.fit.model_symbols, spec.fit.model_menus, spec.switches));
+  }
+  if (recipe.base) {  // a preset's symbols (its ModelConfig's, in the spec), under the inputs below
+    const base = state[recipe.base];
+    if (!(base in spec.models)) throw new Error(`${recipe.base} must be a preset, got ${base}`);
+    Object.assign(env, spec.models[base].symbols);
   }
   for (const [trait, members] of Object.entries(recipe.members || {})) {
     const chosen = new Set(state[trait] || []);
@@ -50,7 +55,8 @@ function computeValues(spec, kind, state) {
 // the traits a widget's formulas read (inputs, menus, lists, the model)
 function stateTraits(recipe) {
   const m = recipe.model ? [recipe.model.preset, recipe.model.config] : [];
-  return [...Object.values(recipe.inputs), ...Object.values(recipe.switches), ...Object.keys(recipe.members || {}), ...m];
+  const base = recipe.base ? [recipe.base] : [];
+  return [...Object.values(recipe.inputs), ...Object.values(recipe.switches), ...Object.keys(recipe.members || {}), ...m, ...base];
 }
 // </evaluator>
 
@@ -167,6 +173,16 @@ const fmtInt = (x) => (x === null ? "never" : Math.round(x).toLocaleString("en-U
 const fmtRatio = (x) => (x === null ? "n/a" : `${x >= 100 ? Math.round(x).toLocaleString("en-US") : x.toFixed(1)}x`);
 const fmtPct = (x) => (x === null ? "n/a" : `${(100 * x).toFixed(1)}%`);
 const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+// a label with subscripts written _{...} ("N*_{mem}", the chapters' N^star_mem): in HTML <sub>, in SVG a
+// lowered tspan (the text after it raised back); the text escaped
+const SUB = /_\{([^}]*)\}/g;
+const subHtml = (s) => esc(s).replace(SUB, "<sub>$1</sub>");
+function subSvg(s) {
+  const parts = esc(s).split(SUB);  // text, sub, text, sub, ...
+  return parts.map((p, i) => (i % 2 ? `<tspan dy="3" font-size="8">${p}</tspan>` : i && p ? `<tspan dy="-3">${p}</tspan>` : p)).join("");
+}
+// about how wide a 10 px label is (8 px subscripts), to keep labels apart
+const labelWidth = (s) => String(s).split(SUB).reduce((w, p, i) => w + p.length * (i % 2 ? 4.8 : 5.9), 0);
 
 // ------------------------------------------------------------------------------ SVG charts
 function logTicks(lo, hi, base, maxTicks, fmt) {
@@ -222,12 +238,32 @@ function lineChart(o) {
     const d = pts.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(clampY(y)).toFixed(1)}`).join("");
     parts.push(`<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2" ${s.dash ? `stroke-dasharray="${s.dash}"` : ""}/>`);
   }
-  (o.vlines || []).forEach((vl, i) => {
-    if (vl.x === null || vl.x < o.xmin || vl.x > o.xmax) return;
-    const x = X(vl.x);
+  const vls = (o.vlines || []).filter((vl) => vl.x !== null && vl.x >= o.xmin && vl.x <= o.xmax);
+  const lineXs = vls.map((vl) => X(vl.x));
+  const placed = [];
+  vls.forEach((vl, i) => {
+    const x = lineXs[i];
     parts.push(`<line x1="${x.toFixed(1)}" x2="${x.toFixed(1)}" y1="${m.t}" y2="${h - m.b}" stroke="${vl.color}" stroke-width="1.2" stroke-dasharray="${vl.dash || "5 3"}"/>`);
-    const right = x < w - m.r - 90;
-    parts.push(`<text x="${(right ? x + 4 : x - 4).toFixed(1)}" y="${h - m.b - 8 - 13 * i}" text-anchor="${right ? "start" : "end"}" font-size="10" style="fill:${vl.color}">${esc(vl.label)}</text>`);
+  });
+  vls.forEach((vl, i) => {
+    // the label beside its line, right or left, on a row where it overlaps no other label, crossing as few
+    // other lines as it can (then the lowest row, the right side); a white halo keeps it legible over a line
+    const x = lineXs[i];
+    const lw = labelWidth(vl.label) + 2;
+    let best = null;
+    for (let row = 0; row < vls.length + 1; row++) {
+      for (const right of [true, false]) {
+        const x0 = right ? x + 4 : x - 4 - lw;
+        const x1 = x0 + lw;
+        if (x0 < m.l + 2 || x1 > w - m.r - 2) continue;
+        if (placed.some((p) => p.row === row && p.x0 < x1 + 3 && x0 < p.x1 + 3)) continue;
+        const crossed = lineXs.filter((lx, j) => j !== i && lx > x0 - 2 && lx < x1 + 2).length;
+        if (!best || crossed < best.crossed) best = { row, right, x0, x1, crossed };
+      }
+    }
+    const spot = best || { row: i, right: true, x0: x + 4, x1: x + 4 + lw };
+    placed.push(spot);
+    parts.push(`<text x="${(spot.right ? x + 4 : x - 4).toFixed(1)}" y="${h - m.b - 8 - 15 * spot.row}" text-anchor="${spot.right ? "start" : "end"}" font-size="10" paint-order="stroke" stroke="#fff" stroke-width="3" stroke-linejoin="round" style="fill:${vl.color}">${subSvg(vl.label)}</text>`);
   });
   const legendW = 36 + 5.6 * Math.max(...o.series.map((s) => s.label.length));
   parts.push(`<rect x="${m.l + 4}" y="${m.t + 3}" width="${legendW.toFixed(0)}" height="${14 * o.series.length + 4}" fill="#fff" fill-opacity="0.85"/>`);
@@ -348,13 +384,18 @@ function nearest(list, v) {
 }
 
 function readouts(rows) {
-  // rows: [key, label, formatter]
+  // rows: [key, label (subscripts as _{...}), formatter]
   const box = el("div", { class: "al-readouts" });
   const spans = {};
   for (const [key, label, fmt] of rows) {
     const span = el("span", { "data-key": key });
-    spans[key] = { span, fmt };
-    box.appendChild(el("div", { class: "al-row" }, [el("span", { text: label }), span]));
+    const name = el("span");
+    name.innerHTML = subHtml(label);
+    const why = el("span", { class: "al-why" });
+    name.appendChild(why);
+    const row = el("div", { class: "al-row" }, [name, span]);
+    spans[key] = { span, fmt, row, why };
+    box.appendChild(row);
   }
   const update = (values) => {
     for (const [key, { span, fmt }] of Object.entries(spans)) {
@@ -363,7 +404,13 @@ function readouts(rows) {
       span.setAttribute("data-value", v === null ? "null" : String(v));
     }
   };
-  return { box, update };
+  // grey a row that the settings make empty, with the reason (null: shown as usual)
+  const dim = (key, reason) => {
+    const { row, why } = spans[key];
+    row.classList.toggle("al-off", !!reason);
+    why.textContent = reason ? ` (${reason})` : "";
+  };
+  return { box, update, dim };
 }
 
 // ------------------------------------------------------------------------------ the views
@@ -382,19 +429,30 @@ function commit(model, changes) {
   }
 }
 
+// N on a log slider of half steps: whole positions are powers of two, the half ones 1.5 times the power
+// below (..., 4K, 6K, 8K, 12K, 16K, ...): round numbers, and every doubling one or two steps
+const snapTokens = (x) => {
+  const k = Math.floor(x + 1e-9);
+  return x - k > 0.25 ? Math.round(3 * 2 ** (k - 1)) : Math.round(2 ** k);
+};
+const tokensSlider = (min, max, onInput) => rangeControl("N", {
+  min, max, step: 0.5, title: "sequence length, log scale: powers of two, and 1.5 times them between",
+  onInput: (x) => onInput(snapTokens(x)),
+});
+
 function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
   const c = {};
   if (withN) {
-    c.N = rangeControl("N", {
-      min: nLog2[0], max: nLog2[1], step: 0.25, title: "sequence length, log scale",
-      onInput: (x) => commit(model, { N: Math.round(2 ** x) }),
-    });
+    c.N = tokensSlider(nLog2[0], nLog2[1], (N) => commit(model, { N }));
     add(c.N.wrap);
   }
+  let moved = null;  // the last d move that moved H: [d, H before, H after]
   c.d = rangeControl("d", {
-    min: 64, max: 16384, step: 64, title: "model width d_model",
+    min: 64, max: 16384, step: 64, title: "model width d_model; H stays if it divides d, else moves to the divisor of d nearest it",
     onInput: (d) => {
-      const H = nearest(divisors(d), model.get("H"));
+      const before = model.get("H");
+      const H = nearest(divisors(d), before);
+      moved = H === before ? null : [d, before, H];
       const ch = { d, H };
       if (withHkv) ch.H_kv = nearest(divisors(H), model.get("H_kv"));
       commit(model, { ...ch, ...onArch(ch) });
@@ -405,12 +463,16 @@ function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
     min: 0, max: 1, step: 1, title: "query heads (the divisors of d)",
     onInput: (i) => {
       const H = divisors(model.get("d"))[i];
+      moved = null;
       const ch = { H };
       if (withHkv) ch.H_kv = nearest(divisors(H), model.get("H_kv"));
       commit(model, { ...ch, ...onArch(ch) });
     },
   });
   add(c.H.wrap);
+  // the rule that moves H with d, in words beside the sliders (and what the last d move did to H)
+  const rule = el("div", { class: "al-note al-rule" });
+  add(rule);
   if (withHkv) {
     c.H_kv = rangeControl("H_kv", {
       min: 0, max: 1, step: 1, title: "key/value heads (the divisors of H)",
@@ -430,12 +492,17 @@ function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
     }
     const d = model.get("d");
     const H = model.get("H");
+    if (moved && (moved[0] !== d || moved[2] !== H)) moved = null;
+    rule.textContent = "H follows d: a new d keeps H if H divides it, else takes the divisor of d nearest H"
+      + (withHkv ? " (H_kv follows H the same way)" : "") + ". To double d and H, move d, then H."
+      + (moved ? ` Just now: ${moved[1]} does not divide ${d.toLocaleString("en-US")}, so H became ${moved[2]}.` : "");
     c.d.input.value = String(d);
     c.d.out.textContent = String(d);
     const hs = divisors(d);
     c.H.input.max = String(hs.length - 1);
     c.H.input.value = String(Math.max(hs.indexOf(H), 0));
-    c.H.out.textContent = `${H} (D=${+(d / H).toFixed(2)})`;
+    const D = model.get("D");  // the explorer's head dim (a preset's, MLA's too); else d / H
+    c.H.out.textContent = `${H} (D=${D === undefined || D === null ? +(d / H).toFixed(2) : D})`;
     if (c.H_kv) {
       const kvs = divisors(H);
       c.H_kv.input.max = String(kvs.length - 1);
@@ -460,13 +527,31 @@ function savedControls(model, spec, add) {
   add(saved.wrap);
   const maskLabels = { dtype: "in the dtype (CPU)", bool: "1 byte (CUDA)" };
   const mask = selectControl("dropout mask", Object.keys(spec.switches.mask).map((k) => [k, maskLabels[k] || k]), (v) => commit(model, { mask: v }));
+  const why = el("div", { class: "al-why" });
+  mask.wrap.appendChild(why);
   add(mask.wrap);
   return {
     sync(state) {
       saved.input.value = state.saved;
       mask.input.value = state.mask;
+      // the mask's bytes count only in autograd's ledger with dropout: elsewhere the menu changes nothing
+      const off = state.saved === "teaching" ? "teaching ledger: its dropout multiplier takes the dtype's bytes"
+        : !state.dropout ? "no dropout, no mask" : "";
+      mask.input.disabled = !!off;
+      mask.wrap.classList.toggle("al-off", !!off);
+      mask.wrap.title = off ? `Changes nothing here (${off}); it counts in the ledger as autograd saves it, with dropout.` : "";
+      why.textContent = off;
     },
   };
+}
+
+// why a ledger item is empty under these settings (the row is greyed with it)
+function emptyItemReason(name, state) {
+  if (name === "P_drop") return state.saved === "teaching" ? "autograd's ledger only" : "no dropout";
+  if (name === "dropout") return "no dropout";
+  if (name === "S") return "autograd does not keep S";
+  if (name === "O") return "autograd does not keep O: the next layer does";
+  return "not kept here";
 }
 
 function memoryView(model, root, spec) {
@@ -487,7 +572,7 @@ function memoryView(model, root, spec) {
     ["fused_bytes", "total, fused (FlashAttention)", fmtBytes],
     ["eager_over_fused", "eager / fused", fmtRatio],
     ["quadratic_share", "quadratic share of the total", fmtPct],
-    ["n_star", "memory crossover N* (tokens)", fmtInt],
+    ["n_star", "memory crossover N*_{mem} (tokens)", fmtInt],
   ];
   const ro = readouts(rows);
   const figs = el("div", { class: "al-figures" });
@@ -500,6 +585,7 @@ function memoryView(model, root, spec) {
       saved.sync(state);
       const v = computeValues(spec, "memory", state);
       ro.update(v);
+      for (const [name] of recipe.items) ro.dim(`item.${name}`, v[`item.${name}`] === 0 ? emptyItemReason(name, state) : null);
       const bars = [
         { label: "eager", parts: recipe.items.map(([name, , label]) => ({ label, color: COLORS[name], value: v[`item.${name}`] })) },
         { label: "fused", parts: recipe.items.filter((it) => it[3] === "linear").map(([name, , label]) => ({ label, color: COLORS[name], value: v[`item.${name}`] })) },
@@ -522,7 +608,7 @@ function memoryView(model, root, spec) {
           { label: "fused (FlashAttention)", color: COLORS.fused, pts: fused },
         ],
         vlines: [
-          { x: v.n_star, label: `N* = ${fmtInt(v.n_star)}`, color: COLORS.mark },
+          { x: v.n_star, label: `N*_{mem} = ${fmtInt(v.n_star)}`, color: COLORS.mark },
           { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
         ],
       });
@@ -565,12 +651,13 @@ function flopsView(model, root, spec) {
     ["linear_flops", "linear FLOPs at N (projections + FFN)", fmtFlops],
     ["quadratic_flops", "quadratic FLOPs at N (QK^T, PV)", fmtFlops],
     ["quadratic_share", "quadratic share at N", fmtPct],
-    ["n_star", "FLOPs crossover N*, whole layer", fmtInt],
+    ["n_star", "FLOPs crossover N*_{FLOPs}, whole layer", fmtInt],
     ["quadratic_share_attention", "quadratic share at N, attention block", fmtPct],
-    ["n_star_attention", "FLOPs crossover N*, attention block", fmtInt],
+    ["n_star_attention", "FLOPs crossover N*_{FLOPs}, attention block", fmtInt],
     ["d_head", "head dimension D = d / H", (x) => String(+x.toFixed(2))],
   ]);
-  const note = el("div", { class: "al-note", text: "H does not change the quadratic FLOPs: H heads of N^2 D each make N^2 d. Fewer key/value heads (H_kv < H) shrink the K and V projections, so N* comes earlier." });
+  const note = el("div", { class: "al-note" });
+  note.innerHTML = subHtml("H does not change the quadratic FLOPs: H heads of N^2 D each make N^2 d. Fewer key/value heads (H_kv < H) shrink the K and V projections, so N*_{FLOPs} comes earlier.");
   const figs = el("div", { class: "al-figures" });
   root.append(el("div", { class: "al-title", text: "The FLOPs of one transformer layer: linear against quadratic in N" }), controls, ro.box, note, figs);
   return {
@@ -588,7 +675,7 @@ function flopsView(model, root, spec) {
       const quad = pts.map(([n, p]) => [n, p.quadratic_flops]);
       const [ymin, ymax] = logRange([...lin, ...quad].map((p) => p[1]));
       const marks = [
-        { x: v.n_star, label: `N* = ${fmtInt(v.n_star)}`, color: COLORS.eager },
+        { x: v.n_star, label: `N*_{FLOPs} = ${fmtInt(v.n_star)}`, color: COLORS.eager },
         { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" },
       ];
       figs.innerHTML = lineChart({
@@ -611,7 +698,7 @@ function flopsView(model, root, spec) {
           { label: "whole layer (with FFN)", color: COLORS.eager, pts: pts.map(([n, p]) => [n, 100 * p.quadratic_share]) },
           { label: "attention block alone", color: COLORS.attn, dash: "6 3", pts: pts.map(([n, p]) => [n, 100 * p.quadratic_share_attention]) },
         ],
-        vlines: [marks[0], { x: v.n_star_attention, label: `N* = ${fmtInt(v.n_star_attention)}`, color: COLORS.attn }, marks[1]],
+        vlines: [marks[0], { x: v.n_star_attention, label: `N*_{FLOPs} = ${fmtInt(v.n_star_attention)}, attention`, color: COLORS.attn }, marks[1]],
       });
     },
   };
@@ -626,14 +713,15 @@ function explorerView(model, root, spec) {
       const p = spec.models[name];
       const arch = {};
       for (const k of ARCH) arch[k] = p[k];
-      commit(model, { model: name, ...arch });
+      commit(model, { model: name, base: name, ...arch });
     } else {
       commit(model, { model: "custom" });
     }
   });
   preset.wrap.classList.add("al-wide");
   add(preset.wrap);
-  // moving an architecture slider makes the model "custom"; moving d or H sets D = d / H and
+  // moving an architecture slider makes the model "custom" (its weights keep the last preset's vocabulary,
+  // norms, biases and experts: the base trait); moving d or H sets D = d / H and
   // keeps the FFN width ratio F / d
   const onArch = (ch) => {
     const out = { model: "custom" };
@@ -647,6 +735,11 @@ function explorerView(model, root, spec) {
     return out;
   };
   const c = archControls(model, add, { withN: true, nLog2: [8, 20], withHkv: true, withL: true, onArch });
+  const users = rangeControl("users B", {
+    min: 1, max: 256, step: 1, title: "B: sequences of N tokens at once, the users served; every memory readout counts all B",
+    onInput: (B) => commit(model, { B }),
+  });
+  add(users.wrap);
   const dtype = selectControl("dtype", Object.keys(spec.dtype_bytes).map((k) => [k, `${k} (${spec.dtype_bytes[k]} B)`]), (v) => commit(model, { dtype: v }));
   add(dtype.wrap);
   const causal = checkControl("causal kernel (half the N x N FLOPs)", (v) => commit(model, { causal: v }));
@@ -656,21 +749,46 @@ function explorerView(model, root, spec) {
   const saved = savedControls(model, spec, add);
   const info = el("div", { class: "al-note" });
   const ro = readouts([
-    ["n_star_flops", "FLOPs crossover N* (whole layer)", fmtInt],
-    ["n_star_flops_attention", "FLOPs crossover N* (attention block)", fmtInt],
+    ["n_star_flops", "FLOPs crossover N*_{FLOPs} (whole layer)", fmtInt],
+    ["n_star_flops_attention", "FLOPs crossover N*_{FLOPs} (attention block)", fmtInt],
     ["quadratic_share", "quadratic share of FLOPs at N", fmtPct],
-    ["n_star_memory", "memory crossover N* (activations)", fmtInt],
+    ["n_star_memory", "memory crossover N*_{mem} (activations)", fmtInt],
     ["act_layer_eager", "activations per layer, eager", fmtBytes],
     ["act_layer_fused", "activations per layer, fused", fmtBytes],
     ["act_eager", "activations x L layers, eager", fmtBytes],
     ["act_fused", "activations x L layers, fused", fmtBytes],
     ["eager_over_fused", "eager / fused", fmtRatio],
     ["kv_bytes_per_token", "KV cache per token (all layers)", fmtBytes],
-    ["kv_cache_bytes", "KV cache of one sequence at N", fmtBytes],
+    ["kv_cache_bytes", "KV cache at N, all B users", fmtBytes],
     ["linear_state_bytes", "linear-attention state (any N)", fmtBytes],
     ["kv_over_state", "KV cache / linear state", fmtRatio],
     ["n_star_kv_state", "N where the KV cache passes the state", fmtInt],
   ]);
+  // serving: the weights held once, the users' KV caches, against an accelerator's memory
+  const memIn = el("input", { type: "number", min: "0.1", step: "any", "aria-label": "accelerator memory", inputmode: "decimal" });
+  const unit = el("select", { "aria-label": "memory unit" }, Object.keys(spec.switches.mem_unit).map((k) => el("option", { value: k, text: k })));
+  memIn.addEventListener("change", () => {
+    const x = Number(memIn.value);
+    if (x > 0) commit(model, { mem: x });
+  });
+  unit.addEventListener("change", () => commit(model, { mem_unit: unit.value }));
+  const memControl = el("div", { class: "al-control al-select", title: "one accelerator's memory, as its maker writes it (GB, 10^9 bytes: an 80 GB card is 74.5 GiB) or in GiB" },
+    [el("label", { text: "memory" }), el("span", { class: "al-mem" }, [memIn, unit])]);
+  let shown = null;  // the state shown: the serving readouts write bytes in its memory unit
+  const inMem = (x) => (x === null ? "n/a" : fmtMem(x, shown, spec));
+  const serveRo = readouts([
+    ["params", "parameters", fmtInt],
+    ["weights_bytes", "weights (held once)", inMem],
+    ["kv_bytes_per_user", "KV cache of one user at N", inMem],
+    ["kv_cache_bytes", "KV caches of the B users", inMem],
+    ["serving_bytes", "weights + KV caches", inMem],
+    ["users_max", "most users that fit at N", (x) => (x === null ? "n/a" : x.toLocaleString("en-US"))],
+  ]);
+  const serveVerdict = el("div", { class: "al-verdict", role: "status" });
+  const serveNote = el("div", { class: "al-note" });
+  const serving = el("div", { class: "al-serving" }, [
+    el("div", { class: "al-subtitle", text: "Serving: weights + KV cache x users, on one accelerator" }),
+    el("div", { class: "al-controls" }, [memControl]), serveVerdict, serveRo.box, serveNote]);
   const figs = el("div", { class: "al-figures" });
   // the time crossover, measured by the running kernel
   const button = el("button", { type: "button", text: "measure on this machine" });
@@ -727,7 +845,7 @@ function explorerView(model, root, spec) {
   };
   model.on("change:measure_status", showMeasured);
   model.on("change:measured", showMeasured);
-  root.append(el("div", { class: "al-title", text: "Explorer: where the crossovers land for one model" }), controls, info, ro.box, figs, measure);
+  root.append(el("div", { class: "al-title", text: "Explorer: where the crossovers land for one model" }), controls, info, ro.box, serving, figs, measure);
   showMeasured();
   return {
     update(state) {
@@ -737,19 +855,53 @@ function explorerView(model, root, spec) {
       causal.input.checked = !!state.causal;
       drop.input.checked = !!state.dropout;
       saved.sync(state);
+      users.input.value = String(state.B);
+      users.out.textContent = String(state.B);
+      if (document.activeElement !== memIn) memIn.value = String(state.mem);
+      unit.value = state.mem_unit;
       const name = model.get("model");
       const src = name in spec.models ? spec.models[name].source : "";
-      info.textContent = `${name}: d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, D = ${state.D}, L = ${state.L}, FFN ${state.ffn} of width ${state.F}`
+      // the preset's source: a link when it is an http(s) URL, else its words
+      let url = null;
+      try {
+        const u = new URL(src);
+        if (u.protocol === "http:" || u.protocol === "https:") url = u.href;
+      } catch (err) {
+        url = null;
+      }
+      const link = url ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer", text: "the model's config.json" }) : null;
+      info.replaceChildren(
+        `${name}: d = ${state.d}, H = ${state.H}, H_kv = ${state.H_kv}, D = ${state.D}, L = ${state.L}, FFN ${state.ffn} of width ${state.F}`
         + (state.window ? `, sliding window ${state.window} tokens` : "")
         + (state.kv_latent ? `, MLA latent of ${state.kv_latent} values per token and layer` : "")
-        + (src ? ` (${src})` : "") + ". "
+        + (src ? " (" : ""),
+        ...(link ? [link] : src ? [src] : []),
+        (src ? ")" : "") + ". "
         + (state.saved === "teaching"
           ? "Activations: the attention core's teaching ledger of chapter 5 (S, P and the dropout multiplier kept, no FFN)."
           : "Activations: the attention core as autograd saves it (chapter 5; no FFN).")
         + " A whole training step keeps more items (norms, the FFN), and a fused kernel keeps no N x N tensor:"
-        + " chapter 10's \"does it fit\" widget counts a whole block as PyTorch keeps it, so its numbers differ from these.";
+        + " chapter 10's \"does it fit\" widget counts a whole block as PyTorch keeps it, so its numbers differ from these.",
+      );
       const v = computeValues(spec, "explorer", state);
       ro.update(v);
+      shown = state;
+      serveRo.update(v);
+      const users1 = state.B === 1 ? "1 user" : `${state.B} users`;
+      const verb = state.B === 1 ? ["fits", "does not fit"] : ["fit", "do not fit"];
+      serveVerdict.setAttribute("data-verdict", v.serving_fits ? "fits" : "over");
+      serveVerdict.textContent = v.serving_fits
+        ? `${users1} at N = ${fmtTokens(state.N)} ${verb[0]}: ${inMem(v.serving_bytes)} of ${inMem(v.mem_bytes)}; at most ${fmtInt(v.users_max)} users fit.`
+        : !v.weights_fit
+          ? `Does not fit: the weights alone, ${inMem(v.weights_bytes)}, take more than ${inMem(v.mem_bytes)}; split the model over several accelerators.`
+          : v.users_max === 0
+            ? `Does not fit: beside the weights, ${inMem(v.weights_bytes)}, not even one user's cache fits in ${inMem(v.mem_bytes)}.`
+          : `${users1} at N = ${fmtTokens(state.N)} ${verb[1]}: ${inMem(v.serving_bytes)}, more than ${inMem(v.mem_bytes)}; at most ${fmtInt(v.users_max)} users fit.`;
+      const base = state.base;
+      const vocab = spec.models[base] ? spec.models[base].symbols.n_vocab : 0;
+      serveNote.textContent = (name === "custom" ? `Weights: the shape set here, with ${base}'s vocabulary, norms, biases and experts. ` : "")
+        + (vocab ? "" : `${base} has no vocabulary (a teaching construction), so its weights are its blocks' only: no embeddings or output head. `)
+        + `Every weight (every expert of a mixture) and every cache in ${state.dtype}; not counted: the activations of the step being computed, the framework's workspace and fragmentation.`;
       const pts = sweep(spec, "explorer", state, 256, 1048576);
       const series = [
         { label: `activations x ${state.L} layers, eager`, color: COLORS.eager, pts: pts.map(([n, p]) => [n, p.act_eager]) },
@@ -761,11 +913,11 @@ function explorerView(model, root, spec) {
       const now = { x: state.N, label: `N = ${fmtTokens(state.N)}`, color: COLORS.now, dash: "2 2" };
       figs.innerHTML = lineChart({
         w: 470, h: 320, xlog: true, ylog: true, xmin: 256, xmax: 1048576, ymin, ymax,
-        title: `memory of one sequence (${state.dtype})`,
+        title: `memory of ${state.B === 1 ? "one sequence" : `B = ${state.B} sequences`} (${state.dtype})`,
         xlabel: "sequence length N (tokens, log scale)", ylabel: "bytes (log scale)",
         xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: logTicks(ymin, ymax, 2, 7, (y) => fmtBytes(y, true)),
         series,
-        vlines: [{ x: v.n_star_memory, label: `N* = ${fmtInt(v.n_star_memory)}`, color: COLORS.eager }, now],
+        vlines: [{ x: v.n_star_memory, label: `N*_{mem} = ${fmtInt(v.n_star_memory)}`, color: COLORS.eager }, now],
       }) + lineChart({
         w: 470, h: 320, xlog: true, ylog: false, xmin: 256, xmax: 1048576, ymin: 0, ymax: 100,
         title: `FLOPs of one layer (${state.ffn} FFN${state.causal ? ", causal" : ""})`,
@@ -773,7 +925,7 @@ function explorerView(model, root, spec) {
         xticks: logTicks(256, 1048576, 2, 7, fmtTokens), yticks: [0, 25, 50, 75, 100].map((y) => [y, `${y}%`]),
         hlines: [{ y: 50, color: "#999" }],
         series: [{ label: "quadratic share of layer FLOPs", color: COLORS.eager, pts: pts.map(([n, p]) => [n, 100 * p.quadratic_share]) }],
-        vlines: [{ x: v.n_star_flops, label: `N* = ${fmtInt(v.n_star_flops)}`, color: COLORS.eager }, now],
+        vlines: [{ x: v.n_star_flops, label: `N*_{FLOPs} = ${fmtInt(v.n_star_flops)}`, color: COLORS.eager }, now],
       });
     },
   };
@@ -858,7 +1010,7 @@ function fitView(model, root, spec) {
     }
   });
 
-  const N = rangeControl("N", { min: 8, max: 20, step: 0.25, title: "sequence length, tokens (log scale)", onInput: (x) => commit(model, { N: Math.round(2 ** x) }) });
+  const N = tokensSlider(8, 20, (x) => commit(model, { N: x }));
   top.appendChild(N.wrap);
   const B = rangeControl("batch", { min: 1, max: 64, step: 1, title: "micro-batch: sequences per GPU and step", onInput: (x) => commit(model, { B: x }) });
   top.appendChild(B.wrap);

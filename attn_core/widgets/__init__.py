@@ -14,8 +14,9 @@ may first need ``from google.colab import output; output.enable_custom_widget_ma
   change, cheapest first, makes it fit?
 * :class:`Explorer` (chapter 7): one model (presets of real ones from
   :data:`attn_core.kv_cache.MODELS`) at N tokens: both crossovers, activations per layer
-  and for L layers, the KV cache, the state of linear attention, and a time crossover
-  measured on the reader's machine.
+  and for L layers, the KV cache, the state of linear attention, serving (the weights held once
+  + the KV caches of B users, and the users that fit in an accelerator's memory), and a time
+  crossover measured on the reader's machine.
 
 The package has one module per widget (``memory``, ``flops_widget``, ``explorer``, ``fit``) beside
 what they share (``_spec``: the spec and the exact evaluation; ``_base``; ``_plot``).

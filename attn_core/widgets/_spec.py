@@ -117,12 +117,16 @@ def _widget_recipes() -> dict:
         "switches": {"ffn": "ffn", "causal": "causal"},
         "constants": {},
     }
+    # the explorer: the sliders' shape; its weights take the rest of a model (vocabulary, norms, biases,
+    # experts) from the preset named by its ``base`` trait (spec["models"][base]["symbols"]); the
+    # accelerator's memory for the serving readouts
     explorer = {
         "inputs": {"B": "B", "N": "N", "d": "d", "H": "H", "H_kv": "H_kv", "L": "L", "D": "D",
                    "D_v": "D_v", "D_r": "rope_dim", "Q_r": "q_lora", "F": "F", "W": "window",
-                   "R": "kv_latent"},
-        "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal"},
+                   "R": "kv_latent", "M_mem": "mem"},
+        "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal", "mem_unit": "mem_unit"},
         "constants": {},
+        "base": "base",
     }
     # the "does it fit" widget (fit.py): training_memory's options, a model (a preset or a pasted
     # config.json, whose fields set the model's symbols), LoRA's targets (members of a list), and the
@@ -151,10 +155,14 @@ def formula_spec() -> dict:
     * ``widgets``: kind -> ``inputs`` (symbol -> trait), ``switches`` (menu -> trait) and
       ``constants``; the memory widget also lists its ``items`` ([name, value key, label, part]); the
       "does it fit" widget its ``members`` (a list trait -> item -> the symbol that is 1 when the list
-      holds the item) and its ``model`` (the traits of a preset and a pasted config.json).
+      holds the item) and its ``model`` (the traits of a preset and a pasted config.json); the
+      Explorer its ``base`` (the trait naming the preset whose symbols are set first, the sliders'
+      inputs over them).
     * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core.symbols.SWITCHES`;
       options of booleans are the strings ``"true"`` / ``"false"``).
-    * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits.
+    * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits, with their
+      ``source`` and ``symbols`` (``ModelConfig.symbol_values()``: what the Explorer's weights take from
+      the preset its ``base`` trait names, under the sliders' shape).
     * ``fit``: what the "does it fit" widget needs to read a model: its presets' fields, the rules of
       static/hf_families.json, the table of the model's symbols (:func:`_fit_spec`); only that widget's
       own spec carries it (:func:`widget_spec`).
@@ -167,7 +175,9 @@ def formula_spec() -> dict:
     """
     switches = {sw: {opt: {k: _number(v) for k, v in vals.items()} for opt, vals in options.items()}
                 for sw, options in SWITCHES.items()}
-    models = {name: {**model_traits(m), "source": m.source} for name, m in kv_cache.MODELS.items()}
+    models = {name: {**model_traits(m), "source": m.source,
+                     "symbols": {k: _number(v) for k, v in m.symbol_values().items()}}
+              for name, m in kv_cache.MODELS.items()}
     return {
         "format": SPEC_FORMAT,
         "symbols": dict(SYMBOLS),
@@ -208,6 +218,11 @@ def build_env(recipe: dict, state: dict, spec: dict) -> dict:
     if "model" in recipe:
         model = fit_model(state[recipe["model"]["preset"]], state.get(recipe["model"]["config"]))
         env.update({sym: _exact(v) for sym, v in model.symbol_values().items()})
+    if "base" in recipe:  # a preset's symbols (its symbol_values, in the spec), under the inputs below
+        base = state[recipe["base"]]
+        if base not in spec["models"]:
+            raise ValueError(f"{recipe['base']} must be one of {list(spec['models'])}, got {base!r}")
+        env.update({sym: _exact(v) for sym, v in spec["models"][base]["symbols"].items()})
     for trait, members in recipe.get("members", {}).items():
         chosen = set(state[trait])
         env.update({sym: Fraction(int(item in chosen)) for item, sym in members.items()})
@@ -222,14 +237,29 @@ def build_env(recipe: dict, state: dict, spec: dict) -> dict:
     return env
 
 
+#: the Explorer's serving traits, for a state that does not name them (one written before they existed):
+#: an accelerator of 80 GB, and the weights of the state's ``model`` when it is a preset (else DEFAULT_MODEL)
+SERVING_DEFAULTS = {"mem": 80.0, "mem_unit": "GB"}
+
+
+def serving_defaults(state: dict) -> dict:
+    """The Explorer's serving traits a state leaves out, with their defaults (:data:`SERVING_DEFAULTS`)."""
+    model = state.get("model")
+    base = model if model in kv_cache.MODELS else DEFAULT_MODEL
+    return {k: v for k, v in {**SERVING_DEFAULTS, "base": base}.items() if k not in state}
+
+
 def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool = False) -> dict:
-    """The numbers a widget of ``kind`` ("memory", "flops", "explorer") shows for ``state``.
+    """The numbers a widget of ``kind`` ("memory", "flops", "explorer", "fit") shows for ``state``.
 
     ``state`` maps trait names to values (e.g. ``{"N": 4096, "d": 3072, ...}``). Values are
     ints when whole, floats otherwise (Fractions with ``exact=True``), None for a crossover
-    that does not exist.
+    that does not exist. An Explorer state without ``base``, ``mem`` or ``mem_unit`` takes
+    :func:`serving_defaults`.
     """
     spec = _SPEC if spec is None else spec
+    if kind == "explorer":
+        state = {**state, **serving_defaults(state)}
     raw = formulas.widget_values(kind, build_env(spec["widgets"][kind], state, spec))
     raw = {k: (None if v is None else Fraction(v)) for k, v in raw.items()}
     if exact:

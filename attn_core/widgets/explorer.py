@@ -12,7 +12,7 @@ from ..display import COLORS
 from ..symbols import SWITCHES
 from ._base import _check_divides, _LedgerWidget
 from ._plot import _bytes_axis, _mark, _share_axis, _tokens_axis
-from ._spec import DEFAULT_MODEL, fmt_tokens, model_traits
+from ._spec import DEFAULT_MODEL, SERVING_DEFAULTS, fmt_tokens, model_traits, serving_defaults
 
 _ARCH = ("d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window", "kv_latent")
 
@@ -24,8 +24,9 @@ class Explorer(_LedgerWidget):
 
     A preset menu (:data:`attn_core.kv_cache.MODELS`, or ``"custom"``) sets d, H, H_kv, L, the
     head dims D and D_v, MLA's RoPE part, query rank and latent, the FFN (kind and width F) and
-    the sliding window; sliders then move N (log scale, 256 to 1M), d, H, H_kv, L, and menus the
-    dtype, causal, dropout and the ledger (teaching, or as autograd saves it). Moving an
+    the sliding window; sliders then move N (log scale, 256 to 1M: powers of two and 1.5 times them),
+    d, H, H_kv, L and the users B, and menus the dtype, causal, dropout and the ledger (teaching, or as
+    autograd saves it); a box takes the accelerator's memory. Moving an
     architecture slider turns the model into ``"custom"`` (keeping the preset's FFN, window and
     MLA fields); moving d or H sets D = D_v = d / H, and moving d keeps the ratio F / d. It shows:
 
@@ -36,29 +37,46 @@ class Explorer(_LedgerWidget):
     * the KV cache per sequence (:meth:`attn_core.kv_cache.ModelConfig.kv_bytes`), and the fixed
       state of linear attention with the same L, H_kv, D (one state per key/value head,
       :func:`attn_core.kv_cache.linear_state_bytes`),
+    * serving: the weights held once (:func:`attn_core.formulas.model_params` of the sliders' shape
+      with the vocabulary, norms, biases and experts of the preset ``base``, the last one chosen; at
+      the dtype's bytes), the KV caches of ``B`` users (sequences) at N, their total, and how many
+      users fit in an accelerator of ``mem`` ``mem_unit`` ("GB", 10^9 bytes, or "GiB"), as
+      :func:`attn_core.inference.serving_memory` counts them. A model without a vocabulary (the
+      3.6B worked example, a teaching construction on image patches) has weights in its blocks only;
     * a button "measure on this machine" that times causal softmax attention (torch SDPA) against
       chunked linear attention in the running kernel (:meth:`measure_time_crossover`); in a
       static page it says that it needs a running kernel.
 
-    Traits (synced): ``model``, ``N``, ``d``, ``H``, ``H_kv``, ``L``, ``D``, ``D_v``,
-    ``rope_dim``, ``q_lora``, ``F``, ``ffn``, ``window``, ``kv_latent``, ``dtype``, ``causal``,
-    ``dropout``, ``saved``, ``mask``, ``B`` (1), ``measured``,
-    ``measure_status``. ``values`` (read-only): ``linear_flops``, ``quadratic_flops``,
+    Traits (synced): ``model``, ``base`` (the preset whose vocabulary, norms, biases and experts the
+    weights count: the model when it is a preset, the last preset chosen when it is "custom"), ``N``,
+    ``d``, ``H``, ``H_kv``, ``L``, ``D``, ``D_v``, ``rope_dim``, ``q_lora``, ``F``, ``ffn``, ``window``,
+    ``kv_latent``, ``dtype``, ``causal``, ``dropout``, ``saved``, ``mask``, ``B`` (1: sequences, the
+    users served), ``mem`` (80) and ``mem_unit`` ("GB"), ``measured``, ``measure_status``.
+    ``values`` (read-only): ``linear_flops``, ``quadratic_flops``,
     ``total_flops``, ``quadratic_share``, ``n_star_flops``, ``n_star_flops_attention``,
     ``act_layer_eager``, ``act_layer_fused``, ``act_eager``, ``act_fused`` (times L),
-    ``eager_over_fused``, ``n_star_memory``, ``kv_bytes_per_token``, ``kv_cache_bytes``,
-    ``linear_state_bytes``, ``kv_over_state``, ``n_star_kv_state`` (the N at which the KV cache
-    outgrows the linear state, ignoring the window). ``figure()`` draws the same figure with
+    ``eager_over_fused``, ``n_star_memory``, ``kv_bytes_per_token``, ``kv_cache_bytes`` (the B
+    sequences'), ``linear_state_bytes``, ``kv_over_state``, ``n_star_kv_state`` (the N at which the
+    KV cache outgrows the linear state, ignoring the window), ``params``, ``weights_bytes``,
+    ``kv_bytes_per_user``, ``serving_bytes`` (weights + KV caches), ``mem_bytes``, ``serving_fits``
+    and ``weights_fit`` (1 or 0), ``users_max`` (the most users whose caches fit beside the weights, 0 if
+    the weights alone do not). ``figure()`` draws the same figure with
     matplotlib. In Colab, run ``from google.colab import output; output.enable_custom_widget_manager()``
     once if the widget does not appear.
     """
 
     _kind = "explorer"
     _inputs = ("B", "N", "d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window",
-               "kv_latent", "dtype", "causal", "dropout", "saved", "mask")
+               "kv_latent", "dtype", "causal", "dropout", "saved", "mask", "base", "mem", "mem_unit")
 
     model = traitlets.Enum([*kv_cache.MODELS, "custom"], default_value=DEFAULT_MODEL).tag(sync=True)
-    B = traitlets.Int(1, min=1).tag(sync=True)
+    base = traitlets.Enum(list(kv_cache.MODELS), default_value=DEFAULT_MODEL,
+                          help="the preset whose vocabulary, norms, biases and experts the weights count"
+                          ).tag(sync=True)
+    B = traitlets.Int(1, min=1, help="sequences at once: the users served").tag(sync=True)
+    mem = traitlets.Float(SERVING_DEFAULTS["mem"], help="accelerator memory, in mem_unit").tag(sync=True)
+    mem_unit = traitlets.Enum(list(SWITCHES["mem_unit"]),
+                              default_value=SERVING_DEFAULTS["mem_unit"]).tag(sync=True)
     N = traitlets.Int(4096, min=1).tag(sync=True)
     d = traitlets.Int(3072, min=1).tag(sync=True)
     H = traitlets.Int(24, min=1).tag(sync=True)
@@ -87,11 +105,18 @@ class Explorer(_LedgerWidget):
                 kwargs["D"] = kwargs.get("d", preset["d"]) // kwargs.get("H", preset["H"])
                 kwargs.setdefault("D_v", kwargs["D"])
             kwargs = {**preset, **kwargs}
+            kwargs.setdefault("base", model)
         self._applying = True
         super().__init__(model=model, **kwargs)
         self._applying = False
         self._mark_custom()
         self.on_msg(self._on_msg)
+
+    @classmethod
+    def compute_values(cls, **traits) -> dict:
+        """As :meth:`_LedgerWidget.compute_values`; without ``base``, the weights are the ``model``'s when it
+        is a preset (a state saved before the serving readouts)."""
+        return super().compute_values(**{**traits, **serving_defaults(traits)})
 
     @traitlets.validate("H")
     def _valid_H(self, proposal):
@@ -109,6 +134,12 @@ class Explorer(_LedgerWidget):
         _check_divides(self, "H_kv", "H", proposal["value"], self.H, "H_kv")
         return proposal["value"]
 
+    @traitlets.validate("mem")
+    def _valid_mem(self, proposal):
+        if not proposal["value"] > 0:
+            raise traitlets.TraitError(f"mem must be > 0, got {proposal['value']}")
+        return proposal["value"]
+
     @traitlets.observe("model")
     def _on_model(self, change) -> None:
         if self._applying or change["new"] not in kv_cache.MODELS:
@@ -118,16 +149,20 @@ class Explorer(_LedgerWidget):
             with self.hold_trait_notifications():
                 for name, value in model_traits(kv_cache.MODELS[change["new"]]).items():
                     setattr(self, name, value)
+                self.base = change["new"]
         finally:
             self._applying = False
         self._update_values()
 
     def _mark_custom(self) -> None:
         preset = kv_cache.MODELS.get(self.model)
-        if preset is not None and any(getattr(self, k) != v for k, v in model_traits(preset).items()):
+        if preset is not None and (self.base != self.model
+                                   or any(getattr(self, k) != v for k, v in model_traits(preset).items())):
             self.model = "custom"
 
     def _on_input(self, change) -> None:
+        if not self._applying and change["name"] == "base":
+            self._mark_custom()
         if not self._applying and change["name"] in _ARCH:
             if change["name"] in ("d", "H"):
                 preset = kv_cache.MODELS.get(self.model)
@@ -201,7 +236,8 @@ class Explorer(_LedgerWidget):
         ax1.loglog(ns, [p["kv_cache_bytes"] for p in pts], color=COLORS["kv"], label="KV cache")
         ax1.loglog(ns, [p["linear_state_bytes"] for p in pts], color=COLORS["state"], linestyle="--",
                    label="linear-attention state")
-        _mark(ax1, v["n_star_memory"], f"N* = {v['n_star_memory']:,.0f}", COLORS["eager"])
+        _mark(ax1, v["n_star_memory"], rf"$N^\star_{{\mathrm{{mem}}}}$ = {v['n_star_memory']:,.0f}",
+              COLORS["eager"])
         _mark(ax1, self.N, f"N = {fmt_tokens(self.N)}", COLORS["now"], dotted=True, y=0.12)
         _tokens_axis(ax1)
         _bytes_axis(ax1)
@@ -212,7 +248,8 @@ class Explorer(_LedgerWidget):
         ax1.grid(True, which="major", alpha=0.3)
         ax2.semilogx(ns, [100 * p["quadratic_share"] for p in pts], color=COLORS["eager"],
                      label="quadratic share of layer FLOPs")
-        _mark(ax2, v["n_star_flops"], f"N* = {v['n_star_flops']:,.0f}", COLORS["eager"])
+        _mark(ax2, v["n_star_flops"], rf"$N^\star_{{\mathrm{{FLOPs}}}}$ = {v['n_star_flops']:,.0f}",
+              COLORS["eager"])
         _mark(ax2, self.N, f"N = {fmt_tokens(self.N)}", COLORS["now"], dotted=True, y=0.12)
         _share_axis(ax2)
         ax2.set_title(f"{self.model}: FLOPs ({self.ffn} FFN, F = {self.F}"

@@ -181,7 +181,7 @@ def test_fit_widget_memory_is_exact_and_advice_follows(browser, site):
         assert (state["mem"], state["mem_unit"]) == (74.5, "GiB")
         slider = handle.query_selector("input[aria-label='N']")
         slider.focus()
-        for _ in range(8):  # N x 4: the activations outgrow the card
+        for _ in range(4):  # N x 4 (half steps: 6K, 8K, 12K, 16K): the activations outgrow the card
             w.page.keyboard.press("ArrowRight")
         state = _check_against_python(w.page, handle)
         assert state["N"] == 16384
