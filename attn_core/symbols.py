@@ -84,8 +84,8 @@ SYMBOLS: dict[str, str] = {
               "loss_parallel): each rank holds 1/t of the logits",
     "c_cast": "1 if float32 weights are cast to bf16 for compute by torch.autocast, which keeps the "
               "casts through the forward (switch: precision; fp32_params)",
-    "q_in": "QLoRA: 1 if every quantized projection keeps its input for backward (bitsandbytes), 0 if "
-            "none does (torchao's NF4) (switch: finetune)",
+    "q_in": "QLoRA: 1 if every quantized projection keeps its input for backward (bitsandbytes up to "
+            "0.43.1), 0 if none does (torchao's NF4; bitsandbytes from 0.43.2) (switch: finetune)",
     "k_ldrop": "LoRA: 1 with dropout on the adapters' inputs, PEFT's lora_dropout > 0 (switch: lora_dropout)",
     "pp": "pipeline stages (1F1B)",
     # several devices (the chapter "beyond one device")
@@ -213,7 +213,8 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     # qlora: torchao's NF4Tensor (torchtune), whose LinearNF4 keeps only the weight for backward
     # (torchao/dtypes/nf4tensor.py); qlora_bnb: bitsandbytes' Linear4bit (double-quantized scales, its
     # default compress_statistics=True), whose MatMul4Bit keeps its input A whenever A needs a gradient
-    # (bitsandbytes/autograd/_functions.py: ``if any(ctx.needs_input_grad[:2]): ctx.tensors = (A, B)``);
+    # (bitsandbytes/autograd/_functions.py up to 0.43.1: ``if any(ctx.needs_input_grad[:2]):
+    # ctx.tensors = (A, B)``; from 0.43.2 it keeps (None, B): choose "qlora" for a newer bitsandbytes);
     # qlora_bnb_nf4: the same with a float32 scale per 64 weights ("nf4" without "-dq")
     "finetune": {"full": {"f_lora": 0, "f_quant": 0, "q_w": 0, "q_in": 0},
                  "lora": {"f_lora": 1, "f_quant": 0, "q_w": 0, "q_in": 0},

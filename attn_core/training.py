@@ -152,8 +152,9 @@ def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp
     ``lora_modules``, a subset of :data:`LORA_MODULES`) or "qlora" (as LoRA on a base whose block
     matrices are NF4: those of the adapted projections, ``quantize="adapted"``, as torchtune
     quantizes, or all, ``"all"``, as bitsandbytes' ``Linear4bit`` replacing every linear does);
-    "qlora_bnb" and "qlora_bnb_nf4" are bitsandbytes' 4-bit layers, whose matmul keeps its input for
-    backward (with double-quantized scales, its default, or a float32 scale per 64 weights).
+    "qlora_bnb" and "qlora_bnb_nf4" are bitsandbytes' 4-bit layers up to bitsandbytes 0.43.1, whose
+    matmul keeps its input for backward (with double-quantized scales, its default, or a float32 scale
+    per 64 weights); from 0.43.2 it keeps only the weight, as "qlora" counts.
 
     ``options`` (default first; the symbols they set are in :data:`attn_core.symbols.SWITCHES`):
 

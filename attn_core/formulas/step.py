@@ -79,7 +79,7 @@ def layer_items(B, N, N_k, d, H, H_kv, D, F, b, n_py, n_rms, kr, sl, g_swiglu, e
     needs no input for backward, so a projection's input is kept only where one it feeds is adapted
     (``a_qkv``, ``a_o``, ``a_up``, ``a_down`` 0/1), and each of the ``n_lora`` adapted projections
     keeps its rank-``r_lora`` intermediate. A QLoRA base whose quantized projections keep their input
-    (``q_in`` 1: bitsandbytes' ``MatMul4Bit`` saves it whenever it needs a gradient,
+    (``q_in`` 1: bitsandbytes' ``MatMul4Bit`` up to 0.43.1 saves it whenever it needs a gradient,
     bitsandbytes/autograd/_functions.py) keeps every projection's input, adapted or not. LoRA's
     dropout (``k_ldrop`` 1: PEFT's ``lora_B(lora_A(dropout(x)))``, peft/tuners/lora/layer.py, one dropout
     per adapted projection) keeps, for each adapted projection, its input's dropped-out copy (what
