@@ -141,7 +141,8 @@ def training_memory(model: ModelConfig, N: int, *, B: int = 1, zero: int = 0, dp
     ``forward`` (at the loss: state, activations, logits, gathered layers; with a pipeline, on the
     first stage), ``forward_last`` (the loss on a pipeline's last stage, with the logits),
     ``backward`` (the last block's backward: state, activations, the output layer's gradient, the
-    rebuilt block), ``backward_end`` (state and every gradient) and ``step`` (state, gradients, the
+    rebuilt block), ``backward_end`` (the first block's backward: state, every gradient, the block
+    rebuilt; an upper bound, the embedding's gradient coming last) and ``step`` (state, gradients, the
     step's temporaries); ``peak_phase`` names the first phase that reaches the peak. Values are
     bytes (ints), rounded up. The formula, term by term, is :func:`attn_core.formulas.step.step_items`.
 
