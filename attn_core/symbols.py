@@ -121,7 +121,11 @@ SYMBOLS: dict[str, str] = {
     "l_down": "LoRA: 1 if the FFN's down projection is adapted",
     "q_all": "QLoRA: 1 if every block matrix is quantized, 0 only the adapted projections (switch: quantize)",
     "M_mem": "accelerator memory, in units of u_mem bytes",
-    "u_mem": "bytes per unit of memory (switch: mem_unit; GB 10^9, GiB 2^30)",
+    "u_mem": "bytes per unit of memory (switch: mem_unit; GB 10^9, GiB 2^30, MiB 2^20 as nvidia-smi "
+             "writes it)",
+    "p_alloc": "allowance for the allocator: percent of the accelerator's memory held back for PyTorch's "
+               "cache of freed blocks, which no count of tensors predicts (the widgets' setting, default 10: "
+               "the calibration page compares a reserved reading less 10% with the prediction)",
 }
 
 _POS_INT = {"positive": True, "integer": True}
@@ -140,6 +144,7 @@ ASSUMPTIONS: dict[str, dict] = {
     **dict.fromkeys(("k_tie", "k_bias", "k_qkv_b", "k_out_b", "k_ffn_b", "l_q", "l_k", "l_v", "l_o", "l_gate",
                      "l_up", "l_down", "q_all"), _NONNEG_INT),
     **dict.fromkeys(("M_mem", "u_mem"), {"positive": True}),
+    "p_alloc": {"nonnegative": True},
     **dict.fromkeys(("P_io", "P_layer", "P_lin", "P_lora", "n_lora", "r_lora"), _NONNEG_INT),
     **dict.fromkeys(("n_py", "kr", "sl", "u_cpu", "r_op", "r_off", "f_lora", "f_quant", "q_w", "a_qkv",
                      "a_o", "a_up", "a_down", "m_b", "u_q", "m_q", "f_temp", "o_bwd", "l_loss", "q_in",
@@ -232,8 +237,139 @@ SWITCHES: dict[str, dict[str, dict[str, int | Fraction]]] = {
     # QLoRA: quantize the adapted projections' matrices (torchtune) or every block matrix (bitsandbytes'
     # Linear4bit replacing every linear layer)
     "quantize": {"adapted": {"q_all": 0}, "all": {"q_all": 1}},
-    # an accelerator's memory as its maker writes it (GB, 10^9 bytes: an 80 GB card is 74.5 GiB) or in GiB
-    "mem_unit": {"GB": {"u_mem": 10**9}, "GiB": {"u_mem": 2**30}},
+    # an accelerator's memory in decimal GB (10^9 bytes), in GiB, or in MiB as nvidia-smi writes it (a GPU
+    # sold as "80 GB" has 80 GiB of memory: see ACCELERATORS)
+    "mem_unit": {"GB": {"u_mem": 10**9}, "GiB": {"u_mem": 2**30}, "MiB": {"u_mem": 2**20}},
+}
+
+#: the widgets' menu of accelerators -> one GPU's memory in MiB, the total nvidia-smi reports (exact bytes:
+#: MiB x 2^20). A GPU sold as "80 GB" has 80 GiB of memory, of which nvidia-smi shows 79.6 GiB on an H100,
+#: not 80 x 10^9 bytes (74.5 GiB). CUDA's own total (torch.cuda.mem_get_info()[1]) is a few hundred MiB
+#: less: 81,106 MiB (85,045,477,376 bytes) on the same H100 (deviceQuery's "Total amount of global memory",
+#: thamada/nvidia-smi, nvsim/H100SXMx8_deviceQuery.py).
+ACCELERATORS: dict[str, int] = {
+    # "NVIDIA H100 80GB HBM3 ... 0MiB /  81559MiB": NVIDIA/nccl issue 1264
+    # (https://github.com/NVIDIA/nccl/issues/1264); "H100: 81559MiB (85.52 GB)" in modal-labs/modal-client
+    # pull request 2797 (https://github.com/modal-labs/modal-client/pull/2797, "nvidia quotes GB on their
+    # GPUs not GiB"), which lists nvidia-smi's totals of its GPUs
+    "H100 80GB HBM3": 81559,
+    # modal-labs/modal-client pull request 2797: "A100 80GB: 81920MiB (85.89 GB)"
+    "A100 80GB": 81920,
+    # the same: "A100 40GB: 40960MiB (42.94 GB)"
+    "A100 40GB": 40960,
+    # the same: "L40S: 46068MiB (48.30 GB)"
+    "L40S": 46068,
+    # "NVIDIA GeForce RTX 4090 ... 507MiB /  24564MiB": RLinf/RLinf issue 255
+    # (https://github.com/RLinf/RLinf/issues/255); "23859MiB / 24564MiB" in vllm-project/vllm issue 7553
+    "RTX 4090": 24564,
+    # modal-labs/modal-client pull request 2797: "A10: 23028MiB (24.15 GB)", "L4: 23034MiB (24.15 GB)"
+    "A10": 23028,
+    "L4": 23034,
+    # (the H200 141GB is left out: no published nvidia-smi total was found to cite)
+}
+#: the accelerator the widgets open with
+DEFAULT_ACCELERATOR = "H100 80GB HBM3"
+
+#: menu -> option -> (the label a widget's menu shows, what it means: the option's tooltip). The widgets' one
+#: table of labels (sent to the page in the spec); an option without a label shows its key.
+OPTION_LABELS: dict[str, dict[str, tuple[str, str]]] = {
+    "precision": {
+        "bf16_mixed": ("bf16 mixed, fp32 master copy (ZeRO: 16 B a parameter)",
+                       "bf16 weights and gradients; a float32 master copy and AdamW's moments in the "
+                       "optimizer"),
+        "megatron": ("bf16, fp32 gradients (Megatron-LM: 18 B)",
+                     "bf16 weights, float32 gradients, a float32 master copy and moments (Megatron-LM's "
+                     "bf16)"),
+        "fp32_params": ("fp32 parameters, bf16 compute (FSDP2, autocast: 16 B)",
+                        "float32 parameters and gradients, computed in bf16 (FSDP2's MixedPrecisionPolicy, "
+                        "torch.autocast, which keeps its casts through the forward)"),
+        "bf16_pure": ("pure bf16, no master copy (torchtune, LitGPT: 8 B)",
+                      "bf16 weights, gradients and moments, no master copy (torchtune's dtype: bf16, "
+                      "LitGPT's bf16-true)"),
+        "fp32": ("fp32 throughout (16 B, fp32 activations)", "everything in float32, activations included"),
+    },
+    "optimizer": {
+        "adamw": ("AdamW", "two moments a parameter, in the precision's dtype"),
+        "adamw_8bit": ("AdamW, 8-bit moments (torchao AdamW8bit)",
+                       "moments in 8 bits, a float32 scale per 256 values"),
+        "adamw_4bit": ("AdamW, 4-bit moments (torchao AdamW4bit)",
+                       "moments in 4 bits, a float32 scale per 128 values"),
+        "sgd_momentum": ("SGD with momentum", "one moment a parameter"),
+        "sgd": ("SGD, no state", "no optimizer state"),
+    },
+    "optimizer_impl": {
+        "fused": ("fused (fused=True)", "PyTorch's fused kernels: no temporary copy of the parameters"),
+        "foreach": ("foreach (PyTorch's default: a copy)",
+                    "updates every parameter of a group at once, holding one copy of the parameters"),
+    },
+    "recompute": {
+        "none": ("none", "every block keeps its tensors for the backward"),
+        "selective": ("selective: the attention core (Korthikanti et al.)",
+                      "recomputes QK^T, the softmax, dropout and PV"),
+        "per_op": ("per op (torchtitan's selective_ac_option = \"op\")",
+                   "keeps every other matmul's output and attention's; recomputes norms, RoPE, SiLU and the "
+                   "other matmuls"),
+        "full": ("full: each block's input only",
+                 "keeps each block's input and reruns the whole block during its backward"),
+    },
+    "attention": {
+        "fused": ("fused (FlashAttention, SDPA)", "a fused kernel: no N x N tensor kept"),
+        "eager": ("eager (N x N kept)", "transformers' attn_implementation=\"eager\": the scores and "
+                                        "probabilities kept, in float32"),
+    },
+    "kernels": {
+        "eager": ("eager Python (Hugging Face, torchtune)",
+                  "RMSNorm upcasts to float32 and keeps the copy; SwiGLU keeps SiLU's output"),
+        "eager_repeat_kv": ("eager, K and V repeated to every head (torchtitan, torchtune 2024)",
+                            "as eager, with K and V repeated to the query heads before attention"),
+        "compiled": ("compiled (torch.compile)", "fused RMSNorm (its input and 1/rms kept); SiLU recomputed"),
+    },
+    "loss": {
+        "fp32": ("fp32 logits, deleted before backward (torchtitan 2024, torchtune)",
+                 "12 bytes a logit at the loss's backward"),
+        "fp32_kept": ("fp32 logits, bf16 logits kept too (Hugging Face)",
+                      "14 bytes a logit: a transformers model returns its logits"),
+        "fp32_shifted": ("fp32 logits and a shifted copy (transformers 4.38)",
+                         "16 bytes a logit: logits.float() kept by the output, a shifted copy for the loss"),
+        "fp32_parallel": ("fp32 logits, vocabulary-parallel (loss_parallel)",
+                          "16 bytes a logit, each tensor-parallel rank holding 1/t of them (PyTorch's "
+                          "loss_parallel)"),
+        "chunked": ("chunked, 8 chunks (torchtune CEWithChunkedOutputLoss)", "6.5 bytes a logit"),
+        "chunked_compiled": ("chunked and compiled (torchtune)", "2.25 bytes a logit"),
+        "compiled": ("bf16 logits, compiled loss (torchtitan 2025)", "4 bytes a logit"),
+        "bf16_chunked": ("bf16 chunks of 128 tokens (LitGPT)", "4.5 bytes a logit, no upcast"),
+        "fused": ("fused: no logits (Liger Kernel, Cut Cross-Entropy)",
+                  "the loss and its gradient computed block by block: no logits kept"),
+    },
+    "finetune": {
+        "full": ("full training", "every parameter trains"),
+        "lora": ("LoRA", "low-rank adapters train on a frozen base"),
+        "qlora": ("QLoRA, torchao NF4 or bitsandbytes ≥ 0.43.2",
+                  "a 4-bit NF4 base (double-quantized scales); a quantized projection keeps no input"),
+        "qlora_bnb": ("QLoRA, bitsandbytes ≤ 0.43.1 (double-quantized)",
+                      "Linear4bit with compress_statistics=True; each quantized projection keeps its input"),
+        "qlora_bnb_nf4": ("QLoRA, bitsandbytes ≤ 0.43.1 (nf4, scales not quantized)",
+                          "a float32 scale per 64 weights; each quantized projection keeps its input"),
+    },
+    "quantize": {
+        "adapted": ("the adapted matrices in 4 bits (torchtune)", "only the projections LoRA adapts are NF4"),
+        "all": ("every block matrix in 4 bits (bitsandbytes)", "Linear4bit replaces every linear layer"),
+    },
+    "zero": {
+        "0": ("none (DDP)", "every data-parallel rank holds the whole state"),
+        "1": ("1: optimizer state", "the optimizer state shared out over the dp x cp ranks"),
+        "2": ("2: + gradients", "the gradients shared out too"),
+        "3": ("3: + weights (FSDP)", "the weights shared out too, each block gathered before it runs"),
+    },
+    "saved": {
+        "teaching": ("teaching ledger (S, P, dropout, O)",
+                     "the chapter's count: S, P and the dropout multiplier kept"),
+        "autograd": ("as autograd saves it", "what PyTorch's autograd keeps for the backward"),
+    },
+    "mask": {
+        "dtype": ("in the dtype (CPU)", "the dropout mask in the activations' dtype"),
+        "bool": ("1 byte (CUDA)", "the dropout mask as one byte a value"),
+    },
 }
 
 #: symbol -> the :class:`attn_core.models.ModelConfig` field it is read from (a list: the first of

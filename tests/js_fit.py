@@ -3,8 +3,9 @@
 The page's evaluator (static/formulas.js, static/hf_config.js and the block between the evaluator markers)
 and its advice (the block between the fit-advice markers: the verdict in words, the longest N, the search
 for the cheapest single change) are written once, in the page's module; the tests ask them for answers
-through :func:`values`, :func:`verdict`, :func:`longest_n` and :func:`cheapest_change`, and check those
-against Python (:func:`attn_core.training.training_memory`, the widget's values).
+through :func:`values`, :func:`verdict`, :func:`longest_n`, :func:`cheapest_change` and :func:`off` (the
+settings the page greys), and check those against Python (:func:`attn_core.training.training_memory`, the
+widget's values).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+from fractions import Fraction
 from pathlib import Path
 
 STATIC = Path(__file__).resolve().parents[1] / "attn_core" / "static"
@@ -46,6 +48,8 @@ rl.on("line", (line) => {
     else if (what === "verdict") out = fitVerdict(computeValues(spec, "fit", a), a, spec);
     else if (what === "longest") out = fitLongestN(computeValues(spec, "fit", a), a);
     else if (what === "advice") out = cheapestChange(spec, a);
+    else if (what === "off") out = fitOff(a, spec);
+    else if (what === "fmt") out = fmtMem(a, b, spec);
   } catch (err) {
     out = { error: err.message };
   }
@@ -94,3 +98,37 @@ def longest_n(state: dict) -> int:
 def cheapest_change(state: dict) -> dict:
     """The page's search: {tried: [{label, cost, change, fits, peak}], best: the first that fits or None}."""
     return _node(["advice", state])
+
+
+def off(state: dict) -> dict:
+    """The settings the page greys in ``state`` (they change nothing there): {trait: the reason in words}."""
+    return _node(["off", state])
+
+
+#: bytes per unit; the unit the page writes bytes in for a memory typed in each (nvidia-smi's MiB: GiB)
+UNIT_BYTES = {"GB": 10**9, "GiB": 2**30, "MiB": 2**20}
+SHOWN_UNIT = {"GB": "GB", "GiB": "GiB", "MiB": "GiB"}
+
+
+def verdict_kind(v: dict) -> str:
+    """The verdict Python's values give: "fits", "state" (the training state alone is over the usable memory)
+    or "over"."""
+    return "fits" if v["fits"] else "state" if v["state_bytes"] > v["usable_bytes"] else "over"
+
+
+def assert_verdict_names(state: dict, v: dict, text: str) -> None:
+    """The verdict's words name Python's numbers: the peak (or the state alone), what is spare or over, and
+    the usable memory after the allowance (the whole memory when there is none), in the page's unit."""
+    import pytest
+
+    shown = SHOWN_UNIT[state["mem_unit"]]
+    numbers = [float(x) for x in re.findall(rf"(-?[\d.]+(?:e-?\d+)?) {shown}\b", text)]
+    kind = verdict_kind(v)
+    named = {"fits": [v["total_bytes"], v["spare_bytes"]], "state": [v["state_bytes"]],
+             "over": [v["total_bytes"], -v["spare_bytes"]]}[kind]
+    allowance = Fraction(state["allowance"])
+    against = v["usable_bytes"] if allowance else v["mem_bytes"]
+    for x in [*named, against]:
+        assert any(n == pytest.approx(x / UNIT_BYTES[shown], rel=5e-3, abs=0.05) for n in numbers), (x, text)
+    if allowance:
+        assert f"usable after a {float(allowance):g}% allowance" in text, text

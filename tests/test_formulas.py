@@ -149,7 +149,7 @@ def test_per_rank_items_split_by_tp_sp_and_cp():
 @pytest.mark.parametrize("attention, recompute",
                          [("eager", "none"), ("fused", "selective"), ("eager", "full")])
 def test_fit_n_max_is_where_the_total_meets_the_memory(attention, recompute):
-    """n_max solves total(N) = memory: the total at n_max equals the memory."""
+    """n_max solves total(N) = the usable memory: the total at n_max equals the memory less the allowance."""
     from attn_core.widgets import FitWidget
     from attn_core.widgets._spec import _SPEC, build_env
 
@@ -158,7 +158,8 @@ def test_fit_n_max_is_where_the_total_meets_the_memory(attention, recompute):
     assert n and n > 1
     env = build_env(_SPEC["widgets"]["fit"], {**w.state(), "N": Fraction(n)}, _SPEC)
     total = formulas.widget_values("fit", env)["total_bytes"]
-    assert abs(float(total) / w.values["mem_bytes"] - 1) < 1e-9
+    assert w.values["usable_bytes"] == 80 * 2**30 * 0.9  # the default allowance, 10%
+    assert abs(float(total) / w.values["usable_bytes"] - 1) < 1e-9
 
 
 def test_widget_values_without_env_are_expressions_and_zero_division_is_none():

@@ -137,6 +137,7 @@ def _explorer_values(e: dict, names=None) -> dict:
     weights = name("weights", params * e["b"])
     kv_user = name("kv_user", _take(kv_cache_bytes, e, B=1))
     mem = name("mem", e["M_mem"] * e["u_mem"])
+    usable = name("usable", _usable(mem, e))
     held = name("held", weights + kv)
     return {
         **_flops_summary(lin, quad, lin1, quad1, "n_star_flops"),
@@ -157,16 +158,26 @@ def _explorer_values(e: dict, names=None) -> dict:
         "kv_bytes_per_user": kv_user,
         "serving_bytes": held,
         "mem_bytes": mem,
-        "serving_fits": where(le(held, mem), 1, 0),
-        "weights_fit": where(le(weights, mem), 1, 0),
-        # the most users whose caches fit beside the weights (0 when the weights alone do not fit)
-        "users_max": where(le(weights, mem), floor(_ratio(mem - weights, kv_user)), 0),
+        "usable_bytes": usable,
+        "serving_fits": where(le(held, usable), 1, 0),
+        "weights_fit": where(le(weights, usable), 1, 0),
+        # the most users whose caches fit beside the weights in the usable memory (0 when the weights alone
+        # do not fit)
+        "users_max": where(le(weights, usable), floor(_ratio(usable - weights, kv_user)), 0),
     }
+
+
+def _usable(mem, e: dict):
+    """The memory the widgets count as usable: the accelerator's less the allowance for the allocator, p_alloc
+    percent of it (the cache of freed blocks that PyTorch's allocator keeps reserved, which no count of
+    tensors predicts)."""
+    return mem * (1 - _ratio(e["p_alloc"], 100))
 
 
 def _fit_values(e: dict, names) -> dict:
     """Does a training step fit? The busiest rank's bytes (:func:`step_items`, as
-    :func:`attn_core.training.training_memory` computes them) against the accelerator's memory."""
+    :func:`attn_core.training.training_memory` computes them) against the accelerator's memory less the
+    allowance for the allocator (:func:`_usable`)."""
     env = {**e, **names.each("model.", _take(step_model, e))}  # the model's parameters and shapes
 
     computed = {}
@@ -192,6 +203,7 @@ def _fit_values(e: dict, names) -> dict:
 
     peak = names("peak", pick(totals))
     mem = e["M_mem"] * e["u_mem"]
+    usable = names("usable", _usable(mem, e))  # the peak is compared with the memory less the allowance
     # each phase's total is a_0 + a_1 N + a_2 N^2; a_0, the bytes at no token, is the training state and
     # its buffers: when their largest fits, N grows until the first phase that grows with N meets the memory
     coeffs = {p: names.each(f"{p}.a", dict(enumerate(quadratic_coefficients(
@@ -205,12 +217,12 @@ def _fit_values(e: dict, names) -> dict:
         # the step's total has no N; the end of backward grows with N only through a recomputed block:
         # without one (a_1 = a_2 = 0) it gets a slope of 1 byte a token, so its root (the spare bytes,
         # as tokens) lies far beyond the forward's and is never the smallest
-        roots = [positive_root(c[2], c[1] + where(le(c[1] + c[2], 0), 1, 0), maximum(0, mem - c[0]))
+        roots = [positive_root(c[2], c[1] + where(le(c[1] + c[2], 0), 1, 0), maximum(0, usable - c[0]))
                  for c in (coeffs[p] for p in PHASES if p != "step")]
         n = roots[0]
         for r in roots[1:]:
             n = minimum(n, r)
-        return where(le(state, mem), n, 0)
+        return where(le(state, usable), n, 0)
 
     shards = e["N_d"] * e["c"]  # ZeRO-3 shards the weights over the data- and context-parallel ranks
     stage = _ratio(env["P_w"] - env["P_io"], e["pp"]) + env["P_io"]  # the first stage's
@@ -220,8 +232,9 @@ def _fit_values(e: dict, names) -> dict:
         "total_bytes": peak,
         "peak_phase": pick(list(range(len(PHASES)))),
         "mem_bytes": mem,
-        "spare_bytes": mem - peak,
-        "fits": where(le(peak, mem), 1, 0),
+        "usable_bytes": usable,
+        "spare_bytes": usable - peak,
+        "fits": where(le(peak, usable), 1, 0),
         "state_bytes": state,
         "n_max": n_max,
         "params": env["P_w"],

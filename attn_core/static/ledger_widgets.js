@@ -65,20 +65,33 @@ function stateTraits(recipe) {
 // (no page): tests/js_fit.py runs it in Node.js, and the tests check every change it tries against
 // Python's training_memory. Every number comes from computeValues, the generated formula.
 
-// bytes in the memory's own unit (GB or GiB): one decimal, three digits below 1
+// the unit bytes are written in: the memory's own (GB or GiB); GiB for a memory typed in MiB (nvidia-smi's)
+const shownMemUnit = (unit) => (unit === "MiB" ? "GiB" : unit);
+
+// bytes in the memory's unit (shownMemUnit): one decimal, three digits below 1
 function fmtMem(bytes, state, spec) {
-  const x = bytes / spec.switches.mem_unit[state.mem_unit].u_mem;
-  return `${Math.abs(x) >= 1 || x === 0 ? x.toFixed(1) : x.toPrecision(3)} ${state.mem_unit}`;
+  const unit = shownMemUnit(state.mem_unit);
+  const x = bytes / spec.switches.mem_unit[unit].u_mem;
+  return `${Math.abs(x) >= 1 || x === 0 ? x.toFixed(1) : x.toPrecision(3)} ${unit}`;
+}
+
+// what the peak is compared with, in words: "the 71.7 GiB usable after a 10% allowance" (with no allowance,
+// "the 79.6 GiB of memory")
+function usableWords(v, state, spec) {
+  const a = Number(state.allowance);
+  return a > 0 ? `the ${fmtMem(v.usable_bytes, state, spec)} usable after a ${+a.toFixed(2)}% allowance`
+    : `the ${fmtMem(v.mem_bytes, state, spec)} of memory`;
 }
 
 // {kind: "fits" | "over" | "state", text}
 function fitVerdict(v, state, spec) {
   const f = (x) => fmtMem(x, state, spec);
-  if (v.fits) return { kind: "fits", text: `Fits with ${f(v.spare_bytes)} to spare: ${f(v.total_bytes)} of ${f(v.mem_bytes)} at the peak.` };
-  if (v.state_bytes > v.mem_bytes) {
-    return { kind: "state", text: `Does not fit: the training state alone needs ${f(v.state_bytes)}, more than the ${f(v.mem_bytes)} before a single token.` };
+  const of = usableWords(v, state, spec);
+  if (v.fits) return { kind: "fits", text: `Fits: ${f(v.total_bytes)} at the peak, of ${of}; ${f(v.spare_bytes)} to spare.` };
+  if (v.state_bytes > v.usable_bytes) {
+    return { kind: "state", text: `Does not fit: the training state alone needs ${f(v.state_bytes)}, more than ${of}, before a single token.` };
   }
-  return { kind: "over", text: `Does not fit: needs ${f(v.total_bytes)}, ${f(-v.spare_bytes)} over the ${f(v.mem_bytes)}.` };
+  return { kind: "over", text: `Does not fit: needs ${f(v.total_bytes)} at the peak, ${f(-v.spare_bytes)} over ${of}.` };
 }
 
 // the longest N that fits, in whole tokens a multiple of cp (0: none)
@@ -87,24 +100,44 @@ function fitLongestN(v, state) {
   return v.n_max === null ? 0 : Math.max(0, Math.floor(v.n_max / cp) * cp);
 }
 
-// The single changes tried, cheapest first (what each costs in time, or in what is trained); a change
-// already made, or one that does not apply, is skipped. [label, cost, state, model fields -> change or null]
+// the settings that change nothing under the others, each with the reason in a few words (the page greys
+// them; tests/test_widgets.py checks that no value of one changes a number). From the symbols the menus set.
+function fitOff(state, spec) {
+  const off = {};
+  const ft = spec.switches.finetune[state.finetune] || {};
+  if (!ft.f_lora) {
+    for (const t of ["lora_rank", "lora_modules", "lora_dropout"]) off[t] = "full training: no adapters";
+  }
+  if (!ft.f_quant) off.quantize = ft.f_lora ? "LoRA: the base is not quantized" : "full training: nothing quantized";
+  if (!(spec.switches.recompute[state.recompute] || {}).r_full) off.offload = "only with full recomputation";
+  if (Number(state.tp) === 1) off.sequence_parallel = "needs TP > 1";
+  return off;
+}
+
+// What "cheapest" means: the order of FIT_CHANGES, fixed by hand
+const FIT_ORDER = "Cheapest means this order, fixed by hand by what each change costs in extra compute, "
+  + "communication or training quality (not by the memory it saves): first what costs no extra compute, then "
+  + "recomputation, communication and throughput, then changes to what is trained. Each change is tried alone, "
+  + "on the settings above; the first that fits is proposed.";
+
+// The single changes tried, cheapest first (FIT_ORDER), with what each costs in a few words (chapter 10's);
+// a change already made, or one that does not apply, is skipped. [label, cost, state, model fields -> change or null]
 const FIT_CHANGES = [
-  ["bf16 mixed precision", "activations in bf16", (s) => (s.precision === "fp32" ? { precision: "bf16_mixed" } : null)],
-  ["a chunked cross-entropy", "no float32 logits, no slower", (s) => (["fp32", "fp32_kept"].includes(s.loss) ? { loss: "chunked" } : null)],
-  ["a fused optimizer step", "no copy of the parameters", (s) => (s.optimizer_impl === "foreach" ? { optimizer_impl: "fused" } : null)],
-  ["compiled kernels (torch.compile)", "fused norms, no float32 copies", (s) => (s.kernels !== "compiled" ? { kernels: "compiled" } : null)],
-  ["per-op selective recomputation", "a few percent more compute", (s) => (["none", "selective"].includes(s.recompute) ? { recompute: "per_op" } : null)],
-  ["ZeRO-3", "the weights gathered each step: more communication", (s) => (Number(s.zero) < 3 && s.dp * s.cp > 1 ? { zero: 3 } : null)],
-  ["a smaller micro-batch", "the same step with gradient accumulation, less throughput", null],
-  ["full recomputation", "about a third more compute", (s) => (s.recompute !== "full" ? { recompute: "full" } : null)],
-  ["a fused loss", "a fused cross-entropy kernel keeps no logits", (s) => (s.loss !== "fused" ? { loss: "fused" } : null)],
-  ["8-bit AdamW", "quantized moments", (s) => (s.optimizer === "adamw" ? { optimizer: "adamw_8bit" } : null)],
-  ["checkpoints offloaded to the host", "host transfers each layer", (s) => (s.recompute === "full" && !s.offload ? { offload: true } : null)],
+  ["bf16 mixed precision", "bf16 activations and compute, a float32 master copy: no extra compute", (s) => (s.precision === "fp32" ? { precision: "bf16_mixed" } : null)],
+  ["a chunked cross-entropy", "the loss a chunk at a time: no float32 copy of all the logits", (s) => (["fp32", "fp32_kept"].includes(s.loss) ? { loss: "chunked" } : null)],
+  ["a fused optimizer step", "PyTorch's fused AdamW: no copy of the parameters", (s) => (s.optimizer_impl === "foreach" ? { optimizer_impl: "fused" } : null)],
+  ["compiled kernels (torch.compile)", "fused norms, SiLU recomputed: no float32 copies", (s) => (s.kernels !== "compiled" ? { kernels: "compiled" } : null)],
+  ["per-op selective recomputation", "recomputes the norms, RoPE, SiLU and the matmuls it does not keep, in the backward", (s) => (["none", "selective"].includes(s.recompute) ? { recompute: "per_op" } : null)],
+  ["ZeRO-3", "each block's weights gathered before it runs: more communication", (s) => (Number(s.zero) < 3 && s.dp * s.cp > 1 ? { zero: 3 } : null)],
+  ["a smaller micro-batch", "the same step by gradient accumulation: less throughput", null],
+  ["full recomputation", "reruns the whole block during its backward", (s) => (s.recompute !== "full" ? { recompute: "full" } : null)],
+  ["a fused loss", "a fused cross-entropy kernel (Liger Kernel, Cut Cross-Entropy): no logits kept", (s) => (s.loss !== "fused" ? { loss: "fused" } : null)],
+  ["8-bit AdamW", "the optimizer's moments in 8 bits: a change to the optimizer", (s) => (s.optimizer === "adamw" ? { optimizer: "adamw_8bit" } : null)],
+  ["checkpoints offloaded to the host", "each block's input copied to the host and back", (s) => (s.recompute === "full" && !s.offload ? { offload: true } : null)],
   ["twice the tensor parallelism", "twice the GPUs per replica, more communication",
     (s, m) => (m.num_heads % (2 * s.tp) === 0 && m.num_kv_heads % (2 * s.tp) === 0 ? { tp: 2 * s.tp } : null)],
-  ["LoRA", "only the adapters train", (s) => (s.finetune === "full" ? { finetune: "lora" } : null)],
-  ["QLoRA", "a 4-bit frozen base, only the adapters train", (s) => (s.finetune !== "qlora" ? { finetune: "qlora" } : null)],
+  ["LoRA", "only low-rank adapters train, on a frozen model", (s) => (s.finetune === "full" ? { finetune: "lora" } : null)],
+  ["QLoRA", "only the adapters train, on a 4-bit frozen model", (s) => (s.finetune !== "qlora" ? { finetune: "qlora" } : null)],
 ];
 
 // the change's words, with its values ("ZeRO-3 over 8 GPUs", "a micro-batch of 2", ...)
@@ -357,12 +390,42 @@ function rangeControl(label, { min, max, step, onInput, title }) {
   return { wrap, input, out };
 }
 
+// options: [value, text, title (a tooltip, optional)]; the menu's own tooltip is its option's (showOption)
 function selectControl(label, options, onChange) {
   const sel = el("select", { "aria-label": label });
-  for (const [value, text] of options) sel.appendChild(el("option", { value, text }));
+  for (const [value, text, title] of options) sel.appendChild(el("option", title ? { value, text, title } : { value, text }));
   const wrap = el("div", { class: "al-control al-select" }, [el("label", { text: label }), sel]);
-  sel.addEventListener("change", () => onChange(sel.value));
+  sel.addEventListener("change", () => {
+    showOption(sel, sel.value);
+    onChange(sel.value);
+  });
   return { wrap, input: sel };
+}
+
+// a menu set to value, its tooltip the chosen option's
+function showOption(sel, value) {
+  sel.value = String(value);
+  const opt = sel.options[sel.selectedIndex];
+  sel.title = opt && opt.title ? opt.title : "";
+}
+
+// the words a menu shows for an option, and its tooltip: spec.labels, the one table of labels
+// (attn_core.symbols.OPTION_LABELS); an option without a label shows its key
+function optionLabel(spec, menu, key) {
+  const pair = (spec.labels && spec.labels[menu] && spec.labels[menu][key]) || [String(key), ""];
+  return [key, pair[0], pair[1]];
+}
+
+// grey a control that changes nothing under the other settings, with the reason (null: as usual)
+function setOff(control, reason) {
+  if (!control.why) {
+    control.why = el("div", { class: "al-why" });
+    control.wrap.appendChild(control.why);
+  }
+  for (const input of control.inputs || [control.input]) input.disabled = !!reason;
+  control.wrap.classList.toggle("al-off", !!reason);
+  control.wrap.title = reason ? `Changes nothing here: ${reason}.` : "";
+  control.why.textContent = reason || "";
 }
 
 function checkControl(label, onChange) {
@@ -435,10 +498,27 @@ const snapTokens = (x) => {
   const k = Math.floor(x + 1e-9);
   return x - k > 0.25 ? Math.round(3 * 2 ** (k - 1)) : Math.round(2 ** k);
 };
-const tokensSlider = (min, max, onInput) => rangeControl("N", {
-  min, max, step: 0.5, title: "sequence length, log scale: powers of two, and 1.5 times them between",
-  onInput: (x) => onInput(snapTokens(x)),
-});
+// the N slider and, in place of its readout, N typed exactly (any whole number of tokens; the slider then
+// stands at the nearest position); show(N) sets both
+function tokensSlider(min, max, onInput) {
+  const c = rangeControl("N", {
+    min, max, step: 0.5, title: "sequence length, log scale: powers of two, and 1.5 times them between; or type N",
+    onInput: (x) => onInput(snapTokens(x)),
+  });
+  const exact = el("input", { type: "number", min: "1", step: "1", inputmode: "numeric", "aria-label": "N, exactly",
+    title: "N, tokens: type any whole number" });
+  exact.addEventListener("change", () => {
+    const n = Math.round(Number(exact.value));
+    if (Number.isFinite(n) && n >= 1) onInput(n);
+  });
+  c.out.replaceWith(exact);
+  c.exact = exact;
+  c.show = (N) => {
+    c.input.value = String(Math.log2(N));
+    if (document.activeElement !== exact) exact.value = String(N);
+  };
+  return c;
+}
 
 function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
   const c = {};
@@ -485,11 +565,7 @@ function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
     add(c.L.wrap);
   }
   c.sync = () => {
-    if (c.N) {
-      const N = model.get("N");
-      c.N.input.value = String(Math.log2(N));
-      c.N.out.textContent = fmtTokens(N);
-    }
+    if (c.N) c.N.show(model.get("N"));
     const d = model.get("d");
     const H = model.get("H");
     if (moved && (moved[0] !== d || moved[2] !== H)) moved = null;
@@ -517,23 +593,78 @@ function archControls(model, add, { withN, nLog2, withHkv, withL, onArch }) {
   return c;
 }
 
+// One GPU's memory (the Explorer's serving box, the "does it fit" widget): a menu of accelerators that sets
+// the memory nvidia-smi reports for each (spec.accelerators, in MiB: exact bytes), the memory typed exactly in
+// GB, GiB or MiB, and the allowance for the allocator (percent of the memory held back). add(control) places
+// each; sync(state) shows the state.
+function memoryControls(model, spec, add, memLabel) {
+  const accs = spec.accelerators || {};
+  const match = (mem, unit) => Object.keys(accs).find((k) => accs[k].mem === Number(mem) && accs[k].mem_unit === unit) || "";
+  const memIn = el("input", { type: "number", min: "0.001", step: "any", "aria-label": memLabel, inputmode: "decimal" });
+  const unitText = { GB: "GB (10^9 B)", GiB: "GiB (2^30 B)", MiB: "MiB (nvidia-smi)" };
+  const unit = el("select", { "aria-label": "memory unit" }, Object.keys(spec.switches.mem_unit).map((k) => el("option", { value: k, text: unitText[k] || k })));
+  const gpu = selectControl("GPU", [
+    ...Object.keys(accs).map((k) => [k, `${k} (${accs[k].mem.toLocaleString("en-US")} ${accs[k].mem_unit})`,
+      `${k}: ${accs[k].mem.toLocaleString("en-US")} ${accs[k].mem_unit}, the total nvidia-smi reports`]),
+    ["", "other: type its memory below"],
+  ], (name) => {
+    memIn.blur();  // a memory being typed is taken first (its change event), then the menu's
+    if (name in accs) commit(model, { accelerator: name, mem: accs[name].mem, mem_unit: accs[name].mem_unit });
+    else {
+      commit(model, { accelerator: "" });
+      memIn.focus();
+    }
+  });
+  gpu.input.setAttribute("aria-label", "accelerator");
+  gpu.wrap.title = "a GPU sold as \u201c80 GB\u201d has 80 GiB of memory: the menu fills in the total nvidia-smi reports";
+  memIn.addEventListener("change", () => {
+    const x = Number(memIn.value);
+    if (x > 0) commit(model, { mem: x, accelerator: match(x, model.get("mem_unit")) });
+  });
+  unit.addEventListener("change", () => commit(model, { mem_unit: unit.value, accelerator: match(model.get("mem"), unit.value) }));
+  // CUDA's total is below nvidia-smi's: 81,106 against 81,559 MiB on an H100 80GB HBM3 (the sources are in
+  // attn_core/symbols.py, ACCELERATORS)
+  const memHelp = el("div", { class: "al-why", text: "one GPU's total, as nvidia-smi (MiB) or torch.cuda.mem_get_info() reports it" });
+  const memControl = el("div", { class: "al-control al-select", title: "Memory per GPU, as nvidia-smi reports it (MiB) or torch.cuda.mem_get_info()[1] (bytes; divide by 2^30 for GiB, about 0.4 GiB below nvidia-smi's total). A GPU sold as \u201c80 GB\u201d has 80 GiB, not 80 x 10^9 bytes (74.5 GiB)." },
+    [el("label", { text: "memory" }), el("span", { class: "al-mem" }, [memIn, unit]), memHelp]);
+  const allowIn = el("input", { type: "number", min: "0", max: "99", step: "any", inputmode: "decimal", "aria-label": "allowance for the allocator (%)" });
+  allowIn.addEventListener("change", () => {
+    const x = Number(allowIn.value);
+    if (allowIn.value !== "" && x >= 0 && x < 100) commit(model, { allowance: x });
+    else allowIn.value = String(model.get("allowance"));
+  });
+  const allowControl = el("div", { class: "al-control al-select", title: "Held back for PyTorch's caching allocator: it keeps freed blocks reserved, so a run reserves more than its tensors. The calibration page compares reserved readings less 10% with the prediction. 0 compares the tensors with the whole memory." },
+    [el("label", { text: "allowance" }), el("span", { class: "al-mem" }, [allowIn, el("span", { text: "% of the memory" })]),
+      el("div", { class: "al-why", text: "for the allocator's cache (reserved, not counted as tensors)" })]);
+  add(gpu.wrap);
+  add(memControl);
+  add(allowControl);
+  return {
+    sync(state) {
+      const name = model.get("accelerator");
+      showOption(gpu.input, name === undefined || name === null ? match(state.mem, state.mem_unit) : name);
+      if (document.activeElement !== memIn) memIn.value = String(state.mem);
+      unit.value = state.mem_unit;
+      if (document.activeElement !== allowIn) allowIn.value = String(state.allowance);
+    },
+  };
+}
+
 // the architecture traits a preset sets (attn_core.widgets.model_traits)
 const ARCH = ["d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window", "kv_latent"];
 
 // which ledger: the teaching model or what autograd saves, and the dropout mask's bytes
 function savedControls(model, spec, add) {
-  const labels = { teaching: "teaching ledger (S, P, dropout, O)", autograd: "as autograd saves it" };
-  const saved = selectControl("ledger", Object.keys(spec.switches.saved).map((k) => [k, labels[k] || k]), (v) => commit(model, { saved: v }));
+  const saved = selectControl("ledger", Object.keys(spec.switches.saved).map((k) => optionLabel(spec, "saved", k)), (v) => commit(model, { saved: v }));
   add(saved.wrap);
-  const maskLabels = { dtype: "in the dtype (CPU)", bool: "1 byte (CUDA)" };
-  const mask = selectControl("dropout mask", Object.keys(spec.switches.mask).map((k) => [k, maskLabels[k] || k]), (v) => commit(model, { mask: v }));
+  const mask = selectControl("dropout mask", Object.keys(spec.switches.mask).map((k) => optionLabel(spec, "mask", k)), (v) => commit(model, { mask: v }));
   const why = el("div", { class: "al-why" });
   mask.wrap.appendChild(why);
   add(mask.wrap);
   return {
     sync(state) {
-      saved.input.value = state.saved;
-      mask.input.value = state.mask;
+      showOption(saved.input, state.saved);
+      showOption(mask.input, state.mask);
       // the mask's bytes count only in autograd's ledger with dropout: elsewhere the menu changes nothing
       const off = state.saved === "teaching" ? "teaching ledger: its dropout multiplier takes the dtype's bytes"
         : !state.dropout ? "no dropout, no mask" : "";
@@ -764,16 +895,9 @@ function explorerView(model, root, spec) {
     ["kv_over_state", "KV cache / linear state", fmtRatio],
     ["n_star_kv_state", "N where the KV cache passes the state", fmtInt],
   ]);
-  // serving: the weights held once, the users' KV caches, against an accelerator's memory
-  const memIn = el("input", { type: "number", min: "0.1", step: "any", "aria-label": "accelerator memory", inputmode: "decimal" });
-  const unit = el("select", { "aria-label": "memory unit" }, Object.keys(spec.switches.mem_unit).map((k) => el("option", { value: k, text: k })));
-  memIn.addEventListener("change", () => {
-    const x = Number(memIn.value);
-    if (x > 0) commit(model, { mem: x });
-  });
-  unit.addEventListener("change", () => commit(model, { mem_unit: unit.value }));
-  const memControl = el("div", { class: "al-control al-select", title: "one accelerator's memory, as its maker writes it (GB, 10^9 bytes: an 80 GB card is 74.5 GiB) or in GiB" },
-    [el("label", { text: "memory" }), el("span", { class: "al-mem" }, [memIn, unit])]);
+  // serving: the weights held once, the users' KV caches, against an accelerator's memory less the allowance
+  const serveControls = el("div", { class: "al-controls" });
+  const memory = memoryControls(model, spec, (w) => serveControls.appendChild(w), "accelerator memory");
   let shown = null;  // the state shown: the serving readouts write bytes in its memory unit
   const inMem = (x) => (x === null ? "n/a" : fmtMem(x, shown, spec));
   const serveRo = readouts([
@@ -782,13 +906,15 @@ function explorerView(model, root, spec) {
     ["kv_bytes_per_user", "KV cache of one user at N", inMem],
     ["kv_cache_bytes", "KV caches of the B users", inMem],
     ["serving_bytes", "weights + KV caches", inMem],
+    ["mem_bytes", "memory of the accelerator", inMem],
+    ["usable_bytes", "usable after the allowance", inMem],
     ["users_max", "most users that fit at N", (x) => (x === null ? "n/a" : x.toLocaleString("en-US"))],
   ]);
   const serveVerdict = el("div", { class: "al-verdict", role: "status" });
   const serveNote = el("div", { class: "al-note" });
   const serving = el("div", { class: "al-serving" }, [
     el("div", { class: "al-subtitle", text: "Serving: weights + KV cache x users, on one accelerator" }),
-    el("div", { class: "al-controls" }, [memControl]), serveVerdict, serveRo.box, serveNote]);
+    serveControls, serveVerdict, serveRo.box, serveNote]);
   const figs = el("div", { class: "al-figures" });
   // the time crossover, measured by the running kernel
   const button = el("button", { type: "button", text: "measure on this machine" });
@@ -857,8 +983,7 @@ function explorerView(model, root, spec) {
       saved.sync(state);
       users.input.value = String(state.B);
       users.out.textContent = String(state.B);
-      if (document.activeElement !== memIn) memIn.value = String(state.mem);
-      unit.value = state.mem_unit;
+      memory.sync(state);
       const name = model.get("model");
       const src = name in spec.models ? spec.models[name].source : "";
       // the preset's source: a link when it is an http(s) URL, else its words
@@ -890,18 +1015,20 @@ function explorerView(model, root, spec) {
       const users1 = state.B === 1 ? "1 user" : `${state.B} users`;
       const verb = state.B === 1 ? ["fits", "does not fit"] : ["fit", "do not fit"];
       serveVerdict.setAttribute("data-verdict", v.serving_fits ? "fits" : "over");
+      const of = usableWords(v, state, spec);
       serveVerdict.textContent = v.serving_fits
-        ? `${users1} at N = ${fmtTokens(state.N)} ${verb[0]}: ${inMem(v.serving_bytes)} of ${inMem(v.mem_bytes)}; at most ${fmtInt(v.users_max)} users fit.`
+        ? `${users1} at N = ${fmtTokens(state.N)} ${verb[0]}: ${inMem(v.serving_bytes)} of ${of}; at most ${fmtInt(v.users_max)} users fit.`
         : !v.weights_fit
-          ? `Does not fit: the weights alone, ${inMem(v.weights_bytes)}, take more than ${inMem(v.mem_bytes)}; split the model over several accelerators.`
+          ? `Does not fit: the weights alone, ${inMem(v.weights_bytes)}, take more than ${of}; split the model over several accelerators.`
           : v.users_max === 0
-            ? `Does not fit: beside the weights, ${inMem(v.weights_bytes)}, not even one user's cache fits in ${inMem(v.mem_bytes)}.`
-          : `${users1} at N = ${fmtTokens(state.N)} ${verb[1]}: ${inMem(v.serving_bytes)}, more than ${inMem(v.mem_bytes)}; at most ${fmtInt(v.users_max)} users fit.`;
+            ? `Does not fit: beside the weights, ${inMem(v.weights_bytes)}, not even one user's cache fits in ${of}.`
+          : `${users1} at N = ${fmtTokens(state.N)} ${verb[1]}: ${inMem(v.serving_bytes)}, more than ${of}; at most ${fmtInt(v.users_max)} users fit.`;
       const base = state.base;
       const vocab = spec.models[base] ? spec.models[base].symbols.n_vocab : 0;
+      // the CUDA context's size: see fitView's note
       serveNote.textContent = (name === "custom" ? `Weights: the shape set here, with ${base}'s vocabulary, norms, biases and experts. ` : "")
         + (vocab ? "" : `${base} has no vocabulary (a teaching construction), so its weights are its blocks' only: no embeddings or output head. `)
-        + `Every weight (every expert of a mixture) and every cache in ${state.dtype}; not counted: the activations of the step being computed, the framework's workspace and fragmentation.`;
+        + `Every weight (every expert of a mixture) and every cache in ${state.dtype}; not counted: the activations of the step being computed, the framework's workspace, the CUDA context (some 0.3 to 0.5 GiB). The allowance holds back ${+Number(state.allowance).toFixed(2)}% of the memory for the allocator's cache and fragmentation.`;
       const pts = sweep(spec, "explorer", state, 256, 1048576);
       const series = [
         { label: `activations x ${state.L} layers, eager`, color: COLORS.eager, pts: pts.map(([n, p]) => [n, p.act_eager]) },
@@ -937,20 +1064,25 @@ const PHASE_NAMES = { forward: "end of forward (the loss)", forward_last: "the l
 const FIT_ITEMS = [["weights", "weights"], ["gradients", "gradients"], ["optimizer", "optimizer state"],
   ["activations", "activations"], ["logits", "logits and loss"], ["buffers", "buffers"]];
 
-// one horizontal bar of the items at the peak (HTML: it reads at any width), a line at the memory
+// one horizontal bar of the items at the peak (HTML: it reads at any width), a line at the usable memory and,
+// hatched after it, the allowance for the allocator up to the whole memory
 function fitBar(v, state, spec) {
   const top = Math.max(v.total_bytes, v.mem_bytes) * 1.04;
   const pct = (x) => `${((100 * x) / top).toFixed(2)}%`;
+  const f = (x) => fmtMem(x, state, spec);
   const segs = FIT_ITEMS.filter(([key]) => v[`${key}_bytes`] > 0).map(([key, label]) => {
     const x = v[`${key}_bytes`];
-    return `<div class="al-seg" style="width:${pct(x)};background:${COLORS[key]}" title="${esc(`${label}: ${fmtMem(x, state, spec)}`)}"></div>`;
+    return `<div class="al-seg" style="width:${pct(x)};background:${COLORS[key]}" title="${esc(`${label}: ${f(x)}`)}"></div>`;
   });
   const side = (x) => (x / top > 0.6 ? "al-left" : "");
-  return `<div class="al-hbar" role="img" aria-label="${esc(`the items at the peak, ${fmtMem(v.total_bytes, state, spec)}, against the memory, ${fmtMem(v.mem_bytes, state, spec)}`)}">`
+  const allowance = v.mem_bytes - v.usable_bytes;
+  const line = allowance > 0 ? `usable ${f(v.usable_bytes)} of ${f(v.mem_bytes)}` : `memory ${f(v.mem_bytes)}`;
+  return `<div class="al-hbar" role="img" aria-label="${esc(`the items at the peak, ${f(v.total_bytes)}, against ${usableWords(v, state, spec)}`)}">`
     + `<div class="al-track">${segs.join("")}</div>`
-    + `<div class="al-memline" style="left:${pct(v.mem_bytes)}"></div>`
-    + `<span class="al-memlabel ${side(v.mem_bytes)}" style="left:${pct(v.mem_bytes)}">memory ${esc(fmtMem(v.mem_bytes, state, spec))}</span>`
-    + `<span class="al-peaklabel ${side(v.total_bytes)}" style="left:${pct(v.total_bytes)}">peak ${esc(fmtMem(v.total_bytes, state, spec))}</span></div>`;
+    + (allowance > 0 ? `<div class="al-allow" style="left:${pct(v.usable_bytes)};width:${pct(allowance)}" title="${esc(`allowance for the allocator: ${f(allowance)}`)}"></div>` : "")
+    + `<div class="al-memline" style="left:${pct(v.usable_bytes)}"></div>`
+    + `<span class="al-memlabel ${side(v.usable_bytes)}" style="left:${pct(v.usable_bytes)}">${esc(line)}</span>`
+    + `<span class="al-peaklabel ${side(v.total_bytes)}" style="left:${pct(v.total_bytes)}">peak ${esc(f(v.total_bytes))}</span></div>`;
 }
 
 function fitView(model, root, spec) {
@@ -958,8 +1090,10 @@ function fitView(model, root, spec) {
   const sw = spec.switches;
   const top = el("div", { class: "al-controls" });
   const more = el("div", { class: "al-controls" });
-  const menu = (box, label, options, trait, text, cast) => {
-    const s = selectControl(label, options.map((k) => [k, text ? text(k) : String(k)]), (x) => commit(model, { [trait]: cast ? cast(x) : x }));
+  // a menu of one of spec.switches' menus, its options' words from spec.labels (others: their values)
+  const menu = (box, label, options, trait, switchName, cast) => {
+    const s = selectControl(label, options.map((k) => (switchName ? optionLabel(spec, switchName, k) : [k, String(k)])),
+      (x) => commit(model, { [trait]: cast ? cast(x) : x }));
     box.appendChild(s.wrap);
     return s;
   };
@@ -1014,25 +1148,17 @@ function fitView(model, root, spec) {
   top.appendChild(N.wrap);
   const B = rangeControl("batch", { min: 1, max: 64, step: 1, title: "micro-batch: sequences per GPU and step", onInput: (x) => commit(model, { B: x }) });
   top.appendChild(B.wrap);
-  const memIn = el("input", { type: "number", min: "0.1", step: "any", "aria-label": "memory per GPU", inputmode: "decimal" });
-  const unit = el("select", { "aria-label": "memory unit" }, Object.keys(sw.mem_unit).map((k) => el("option", { value: k, text: k })));
-  memIn.addEventListener("change", () => {
-    const x = Number(memIn.value);
-    if (x > 0) commit(model, { mem: x });
-  });
-  unit.addEventListener("change", () => commit(model, { mem_unit: unit.value }));
-  top.appendChild(el("div", { class: "al-control al-select", title: "memory per GPU, as its maker writes it (GB, 10^9 bytes: an 80 GB card is 74.5 GiB) or in GiB" },
-    [el("label", { text: "memory" }), el("span", { class: "al-mem" }, [memIn, unit])]));
   const dp = rangeControl("GPUs", { min: 0, max: 10, step: 1, title: "data-parallel GPUs (log scale); TP, CP and PP multiply them", onInput: (x) => commit(model, { dp: 2 ** x }) });
   top.appendChild(dp.wrap);
-  const zero = menu(top, "ZeRO", Object.keys(sw.zero), "zero", (k) => ({ 0: "none (DDP)", 1: "1: optimizer", 2: "2: + gradients", 3: "3: + weights (FSDP)" }[k]), Number);
-  const recompute = menu(top, "recompute", Object.keys(sw.recompute), "recompute", (k) => ({ none: "none", selective: "selective (attention core)", per_op: "selective, per op", full: "full (block input)" }[k] || k));
-  const finetune = menu(top, "training", Object.keys(sw.finetune), "finetune", (k) => ({ full: "full training", lora: "LoRA", qlora: "QLoRA (4-bit base)" }[k] || k));
+  const memory = memoryControls(model, spec, (w) => top.appendChild(w), "memory per GPU");
+  const zero = menu(top, "ZeRO", Object.keys(sw.zero), "zero", "zero", Number);
+  const recompute = menu(top, "recompute", Object.keys(sw.recompute), "recompute", "recompute");
+  const finetune = menu(top, "training", Object.keys(sw.finetune), "finetune", "finetune");
 
   // more settings, folded
-  const precision = menu(more, "precision", Object.keys(sw.precision), "precision", (k) => ({ bf16_mixed: "bf16 mixed (fp32 master)", megatron: "bf16, fp32 grads (Megatron)", fp32_params: "fp32 params, bf16 compute", bf16_pure: "pure bf16", fp32: "fp32" }[k] || k));
-  const optimizer = menu(more, "optimizer", Object.keys(sw.optimizer), "optimizer", (k) => ({ adamw: "AdamW", adamw_8bit: "AdamW 8-bit", adamw_4bit: "AdamW 4-bit", sgd_momentum: "SGD + momentum", sgd: "SGD" }[k] || k));
-  const impl = menu(more, "opt. step", Object.keys(sw.optimizer_impl), "optimizer_impl", (k) => ({ fused: "fused", foreach: "foreach (a copy)" }[k] || k));
+  const precision = menu(more, "precision", Object.keys(sw.precision), "precision", "precision");
+  const optimizer = menu(more, "optimizer", Object.keys(sw.optimizer), "optimizer", "optimizer");
+  const impl = menu(more, "opt. step", Object.keys(sw.optimizer_impl), "optimizer_impl", "optimizer_impl");
   const inBwd = check(more, "step in backward", "optimizer_in_backward");
   const tp = menu(more, "TP", [1], "tp", null, Number);
   tp.input.setAttribute("aria-label", "TP degree");
@@ -1041,13 +1167,14 @@ function fitView(model, root, spec) {
   cp.input.setAttribute("aria-label", "CP degree");
   const pp = menu(more, "PP", [1], "pp", null, Number);
   pp.input.setAttribute("aria-label", "PP degree");
-  const attention = menu(more, "attention", Object.keys(sw.attention), "attention", (k) => ({ fused: "fused (FlashAttention)", eager: "eager (N x N kept)" }[k] || k));
-  const kernels = menu(more, "kernels", Object.keys(sw.kernels), "kernels", (k) => ({ eager: "eager (Hugging Face)", eager_repeat_kv: "eager, K, V repeated", compiled: "compiled" }[k] || k));
-  const loss = menu(more, "loss", Object.keys(sw.loss), "loss", (k) => ({ fp32: "fp32 logits", fp32_kept: "fp32 logits, kept", chunked: "chunked", chunked_compiled: "chunked, compiled", fused: "fused (no logits)" }[k] || k));
+  const attention = menu(more, "attention", Object.keys(sw.attention), "attention", "attention");
+  const kernels = menu(more, "kernels", Object.keys(sw.kernels), "kernels", "kernels");
+  const loss = menu(more, "loss", Object.keys(sw.loss), "loss", "loss");
   const offload = check(more, "offload checkpoints", "offload");
-  const drop = check(more, "dropout", "dropout");
+  const drop = check(more, "attention dropout", "dropout");
   const rank = menu(more, "LoRA rank", [4, 8, 16, 32, 64, 128, 256], "lora_rank", null, Number);
-  const quantize = menu(more, "QLoRA base", Object.keys(sw.quantize), "quantize", (k) => ({ adapted: "adapted matrices 4-bit", all: "every matrix 4-bit" }[k] || k));
+  const loraDrop = check(more, "LoRA dropout", "lora_dropout");
+  const quantize = menu(more, "QLoRA base", Object.keys(sw.quantize), "quantize", "quantize");
   const targets = {};
   const targetBox = el("span", { class: "al-targets" });
   for (const m of F.lora_modules) {
@@ -1061,16 +1188,21 @@ function fitView(model, root, spec) {
     targets[m] = box;
     targetBox.appendChild(el("label", {}, [box, el("span", { text: m })]));
   }
-  more.appendChild(el("div", { class: "al-control al-wide al-select" }, [el("label", { text: "LoRA on" }), targetBox]));
+  const targetControl = { wrap: el("div", { class: "al-control al-wide al-select" }, [el("label", { text: "LoRA on" }), targetBox]),
+    inputs: Object.values(targets) };
+  more.appendChild(targetControl.wrap);
   // any other menu of training_memory: a plain menu (or a box for true / false)
   const shown = new Set(["precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "sequence_parallel",
-    "attention", "kernels", "loss", "offload", "dropout", "recompute", "finetune", "zero", "quantize", "mem_unit"]);
+    "attention", "kernels", "loss", "offload", "dropout", "lora_dropout", "recompute", "finetune", "zero", "quantize", "mem_unit"]);
   const others = Object.entries(spec.widgets.fit.switches).filter(([, trait]) => !shown.has(trait)).map(([menuName, trait]) => {
     const opts = Object.keys(sw[menuName]);
     const label = trait.replace(/_/g, " ");
     const bool = opts.length === 2 && opts.includes("true") && opts.includes("false");
-    return [trait, bool, bool ? check(more, label, trait) : menu(more, label, opts, trait)];
+    return [trait, bool, bool ? check(more, label, trait) : menu(more, label, opts, trait, menuName)];
   });
+  // the controls that the other settings can make change nothing (fitOff), greyed with the reason
+  const offControls = { lora_rank: rank, lora_modules: targetControl, lora_dropout: loraDrop, quantize, offload,
+    sequence_parallel: seq };
   const moreBox = el("details", { class: "al-more" }, [el("summary", { text: "More settings: precision, optimizer, TP, CP, PP, kernels, loss, LoRA" }), more]);
 
   const verdict = el("div", { class: "al-verdict", role: "status" });
@@ -1087,6 +1219,8 @@ function fitView(model, root, spec) {
   const mem = (x) => fmtMem(x, now, spec);
   const ro = readouts([
     ["total_bytes", "peak per GPU", mem],
+    ["usable_bytes", "usable per GPU (memory less the allowance)", mem],
+    ["mem_bytes", "memory per GPU", mem],
     ["state_bytes", "training state alone (no token)", mem],
     ["n_max", "longest N that fits", (x) => (x === null || x < 1 ? "none" : `${fmtInt(fitLongestN({ n_max: x }, now))} tokens`)],
     ["params", "parameters", fmtInt],
@@ -1111,20 +1245,16 @@ function fitView(model, root, spec) {
         verdict.textContent = err.message;
         return;
       }
-      N.input.value = String(Math.log2(state.N));
-      N.out.textContent = fmtTokens(state.N);
+      N.show(state.N);
       B.input.value = String(state.B);
       B.out.textContent = String(state.B);
-      if (document.activeElement !== memIn) memIn.value = String(state.mem);
-      unit.value = state.mem_unit;
+      memory.sync(state);
       dp.input.value = String(Math.round(Math.log2(state.dp)));
       dp.out.textContent = String(state.dp);
-      zero.input.value = String(state.zero);
-      recompute.input.value = state.recompute;
-      finetune.input.value = state.finetune;
-      precision.input.value = state.precision;
-      optimizer.input.value = state.optimizer;
-      impl.input.value = state.optimizer_impl;
+      for (const [c, value] of [[zero, state.zero], [recompute, state.recompute], [finetune, state.finetune],
+        [precision, state.precision], [optimizer, state.optimizer], [impl, state.optimizer_impl], [cp, state.cp],
+        [attention, state.attention], [kernels, state.kernels], [loss, state.loss], [rank, state.lora_rank],
+        [quantize, state.quantize]]) showOption(c.input, value);
       inBwd.input.checked = !!state.optimizer_in_backward;
       for (const [menuOf, degrees, value] of [[tp, tpDegrees(fields), state.tp], [pp, ppDegrees(fields), state.pp]]) {
         if (menuOf.input.options.length !== degrees.length || degrees.some((k, i) => Number(menuOf.input.options[i].value) !== k)) {
@@ -1133,21 +1263,18 @@ function fitView(model, root, spec) {
         menuOf.input.value = String(value);
       }
       seq.input.checked = !!state.sequence_parallel;
-      cp.input.value = String(state.cp);
-      attention.input.value = state.attention;
-      kernels.input.value = state.kernels;
-      loss.input.value = state.loss;
       offload.input.checked = !!state.offload;
       drop.input.checked = !!state.dropout;
-      rank.input.value = String(state.lora_rank);
+      loraDrop.input.checked = !!state.lora_dropout;
       for (const [trait, bool, c] of others) {
         if (bool) c.input.checked = !!state[trait];
-        else c.input.value = String(state[trait]);
+        else showOption(c.input, state[trait]);
       }
-      quantize.input.value = state.quantize;
+      const off = fitOff(state, spec);
+      for (const [trait, c] of Object.entries(offControls)) setOff(c, off[trait] || null);
       for (const [m, box] of Object.entries(targets)) {
         box.checked = state.lora_modules.includes(m);
-        box.disabled = (m === "gate" && fields.ffn !== "swiglu") || (fields.num_experts > 0 && ["gate", "up", "down"].includes(m));
+        box.disabled = !!off.lora_modules || (m === "gate" && fields.ffn !== "swiglu") || (fields.num_experts > 0 && ["gate", "up", "down"].includes(m));
       }
 
       const v = computeValues(spec, "fit", state);
@@ -1171,24 +1298,32 @@ function fitView(model, root, spec) {
       } else {
         const { tried, best } = cheapestChange(spec, state);
         advice.setAttribute("data-change", best ? JSON.stringify(best.change) : "none");
+        const list = tried.map((t) => `<li data-fits="${t.fits}"><b>${esc(t.label)}</b>: ${esc(t.cost)}. `
+          + `${esc(fmtMem(t.peak, state, spec))} at the peak: ${t.fits ? "fits" : "still over"}.</li>`).join("");
         advice.innerHTML = (best
           ? `<b>Cheapest change that makes it fit:</b> ${esc(best.label)} (${esc(best.cost)}): ${esc(fmtMem(best.peak, state, spec))} at the peak.`
           : `<b>No single change below makes it fit:</b> combine them, or add GPUs.${tried.length ? ` Closest: ${esc(tried.reduce((a, b) => (b.peak < a.peak ? b : a)).label)}.` : ""}`)
           + ` ${at}`
-          + (v.state_bytes > v.mem_bytes ? " No sequence length fits as it is: the training state alone is over."
+          + (v.state_bytes > v.usable_bytes ? " No sequence length fits as it is: the training state alone is over."
             : ` As it is, the longest N that fits is ${fmtInt(longest)} tokens.`)
-          + (tried.length ? `<details><summary>Changes tried, cheapest first (${tried.length})</summary><table>${tried.map((t) => `<tr><td>${esc(t.label)}</td><td>${esc(fmtMem(t.peak, state, spec))}</td><td>${t.fits ? "fits" : "over"}</td></tr>`).join("")}</table></details>` : "");
+          + (tried.length ? `<details class="al-tried"><summary>Changes tried, cheapest first (${tried.length})</summary>`
+            + `<div class="al-note">${esc(FIT_ORDER)}</div><ol>${list}</ol></details>` : "");
       }
       // each phase's total (the last pipeline stage's only with a pipeline)
       const rows = F.phases.map((p, i) => [p, i]).filter(([p]) => p !== "forward_last" || Number(state.pp) > 1);
       phases.innerHTML = `<table><tr><th>the step's phases</th><th>total</th></tr>${rows.map(([p, i]) => `<tr${i === v.peak_phase ? ' class="al-peak"' : ""}><td>${esc(PHASE_NAMES[p] || p)}${i === v.peak_phase ? " (peak)" : ""}</td><td data-key="phase.${p}" data-value="${v[`phase.${p}`]}">${esc(fmtMem(v[`phase.${p}`], state, spec))}</td></tr>`).join("")}</table>`;
       const moe = fields.num_experts ? `, ${fields.num_experts} experts (${fields.experts_per_token} a token)` : "";
       const mla = fields.kv_lora_rank ? ", MLA" : "";
+      const a = +Number(state.allowance).toFixed(2);
+      // the CUDA context: 287,047,680 bytes with lazy module loading (pytorch/pytorch pull request 86509, which
+      // made it PyTorch's default), "around 400MB" (pytorch/pytorch issue 109888)
       info.textContent = `${name === F.pasted ? `${fields.name} (pasted)` : name}: L = ${fields.num_layers}, d = ${fields.d_model}, H = ${fields.num_heads}, H_kv = ${fields.num_kv_heads}, vocabulary ${fmtInt(fields.vocab_size)}${moe}${mla}.`
-        + " Per GPU, on the busiest: the step's peak over its phases (end of forward, backward, optimizer step)."
+        + " Per GPU, on the busiest: the step's peak over its phases (end of forward, backward, optimizer step), the tensors only."
+        + (a > 0 ? ` It is compared with the memory less ${a}% held back for the allocator's cache of freed blocks, which a reserved reading includes.`
+          : " It is compared with the whole memory: no allowance for the allocator's cache.")
         + (state.cp > 1 && state.N % state.cp ? " N does not split evenly over the CP ranks: the values are their average." : "")
         + (fields.num_experts && state.finetune !== "full" ? " LoRA adapts the attention of a mixture of experts only." : "")
-        + " Not counted: the CUDA context, the allocator's cache, communication libraries' buffers.";
+        + " Not counted: the CUDA context (some 0.3 to 0.5 GiB, outside PyTorch's allocator), communication libraries' buffers.";
     },
   };
 }
@@ -1221,7 +1356,9 @@ function render({ model, el: host }) {
       root.setAttribute("data-render-ms", (performance.now() - t0).toFixed(2));
     });
   };
-  const traits = new Set([...stateTraits(spec.widgets[kind]), "model"]);
+  // the traits the view reads besides the formulas' (the model menu, the menu of accelerators)
+  const recipe = spec.widgets[kind];
+  const traits = new Set([...stateTraits(recipe), "model", ...(recipe.accelerator ? [recipe.accelerator] : [])]);
   for (const t of traits) model.on(`change:${t}`, refresh);
   refresh();
   return () => {

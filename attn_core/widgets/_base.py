@@ -7,7 +7,16 @@ import copy
 import anywidget
 import traitlets
 
-from ._spec import _STATIC, _log_grid, compute_values, widget_spec
+from ..symbols import ACCELERATORS, SWITCHES
+from ._spec import (
+    _STATIC,
+    MEMORY_DEFAULTS,
+    _log_grid,
+    accelerator_of,
+    compute_values,
+    memory_traits,
+    widget_spec,
+)
 
 #: the files of the widgets' one ES module, in order (the "does it fit" widget's adds the page's reader of
 #: a config.json, static/hf_config.js, before the views: the other widgets' saved states stay without it)
@@ -33,7 +42,7 @@ class _LedgerWidget(anywidget.AnyWidget):
     values = traitlets.Dict(read_only=True, help="the numbers shown, computed in Python from spec")
 
     def __init__(self, **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(**self._given(kwargs))
         self.set_trait("kind", self._kind)
         self.set_trait("spec", copy.deepcopy(widget_spec(self._kind)))
         self._update_values()
@@ -51,9 +60,15 @@ class _LedgerWidget(anywidget.AnyWidget):
         so the synced state of a page's widget can be passed as it is. No preset is applied: the
         numbers follow the traits as given, as on the page.
         """
+        traits = cls._given(traits)
         defaults = cls.class_traits()
         state = {name: traits[name] if name in traits else defaults[name].default() for name in cls._inputs}
         return compute_values(cls._kind, state)
+
+    @classmethod
+    def _given(cls, traits: dict) -> dict:
+        """The traits given to the constructor or to :meth:`compute_values`, as the widget reads them."""
+        return traits
 
     def _update_values(self) -> None:
         self.set_trait("values", compute_values(self._kind, self.state(), self.spec))
@@ -97,3 +112,55 @@ class _HeadsDivideWidth(traitlets.HasTraits):
     def _valid_d(self, proposal):
         _check_divides(self, "H", "d", self.H, proposal["value"], "d")
         return proposal["value"]
+
+
+class _MemoryTraits(traitlets.HasTraits):
+    """One accelerator's memory and the allowance for the allocator (the Explorer, the "does it fit" widget).
+
+    ``accelerator``: a GPU of :data:`attn_core.symbols.ACCELERATORS`, whose memory as nvidia-smi reports it
+    (MiB) sets ``mem`` and ``mem_unit``, or "" for a memory typed as ``mem`` in ``mem_unit`` ("GB", 10^9
+    bytes; "GiB"; "MiB", as nvidia-smi writes it). A ``mem`` given without ``mem_unit`` is in GB, and a
+    ``mem_unit`` without ``mem`` reads 80, as before the menu. ``allowance``: the percent of the memory held
+    back for the allocator's cache (0 to below 100; 10 by default): a step or a server fits when it needs
+    at most the rest, ``usable_bytes``.
+    """
+
+    accelerator = traitlets.Enum(["", *ACCELERATORS], default_value=MEMORY_DEFAULTS["accelerator"],
+                                 help="a GPU of the menu, or '' (the memory typed)").tag(sync=True)
+    mem = traitlets.Float(MEMORY_DEFAULTS["mem"], help="one accelerator's memory, in mem_unit").tag(sync=True)
+    mem_unit = traitlets.Enum(list(SWITCHES["mem_unit"]),
+                              default_value=MEMORY_DEFAULTS["mem_unit"]).tag(sync=True)
+    allowance = traitlets.Float(MEMORY_DEFAULTS["allowance"],
+                                help="percent of the memory held back for the allocator's cache"
+                                ).tag(sync=True)
+
+    @classmethod
+    def _given(cls, traits: dict) -> dict:
+        return memory_traits(super()._given(traits))
+
+    @traitlets.validate("mem")
+    def _valid_mem(self, proposal):
+        if not proposal["value"] > 0:
+            raise traitlets.TraitError(f"mem must be > 0, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("allowance")
+    def _valid_allowance(self, proposal):
+        if not 0 <= proposal["value"] < 100:
+            raise traitlets.TraitError(f"allowance must be a percent from 0 to below 100, "
+                                       f"got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.observe("accelerator")
+    def _on_accelerator(self, change) -> None:
+        name = change["new"]
+        if name and accelerator_of(self.mem, self.mem_unit) != name:
+            with self.hold_trait_notifications():
+                self.mem, self.mem_unit = float(ACCELERATORS[name]), "MiB"
+
+    @traitlets.observe("mem", "mem_unit")
+    def _on_memory(self, change) -> None:
+        # a memory typed (or a unit chosen) names the GPU whose memory it is, if any (as the page does)
+        name = accelerator_of(self.mem, self.mem_unit)
+        if name != self.accelerator:
+            self.accelerator = name

@@ -14,7 +14,15 @@ from fractions import Fraction
 
 from .. import formulas, kv_cache, ledger, models, training
 from ..display import COLORS, UNITS, fmt_bytes, fmt_flops, fmt_tokens  # noqa: F401 - the widgets' formats
-from ..symbols import MODEL_MENUS, MODEL_SYMBOLS, SWITCHES, SYMBOLS
+from ..symbols import (
+    ACCELERATORS,
+    DEFAULT_ACCELERATOR,
+    MODEL_MENUS,
+    MODEL_SYMBOLS,
+    OPTION_LABELS,
+    SWITCHES,
+    SYMBOLS,
+)
 
 _STATIC = pathlib.Path(__file__).parents[1] / "static"
 DEFAULT_MODEL = "3.6B worked example (d=3072, H=24)"
@@ -123,23 +131,25 @@ def _widget_recipes() -> dict:
     explorer = {
         "inputs": {"B": "B", "N": "N", "d": "d", "H": "H", "H_kv": "H_kv", "L": "L", "D": "D",
                    "D_v": "D_v", "D_r": "rope_dim", "Q_r": "q_lora", "F": "F", "W": "window",
-                   "R": "kv_latent", "M_mem": "mem"},
+                   "R": "kv_latent", "M_mem": "mem", "p_alloc": "allowance"},
         "switches": {**_MEMORY_SWITCHES, "ffn": "ffn", "causal": "causal", "mem_unit": "mem_unit"},
         "constants": {},
         "base": "base",
+        "accelerator": "accelerator",
     }
     # the "does it fit" widget (fit.py): training_memory's options, a model (a preset or a pasted
     # config.json, whose fields set the model's symbols), LoRA's targets (members of a list), and the
     # CUDA device (training_memory's default)
     fit = {
-        "inputs": {"B": "B", "N": "N", "M_mem": "mem", "N_d": "dp", "t": "tp", "c": "cp", "pp": "pp",
-                   "r_lora": "lora_rank"},
+        "inputs": {"B": "B", "N": "N", "M_mem": "mem", "p_alloc": "allowance", "N_d": "dp", "t": "tp",
+                   "c": "cp", "pp": "pp", "r_lora": "lora_rank"},
         "switches": {**{menu: name for name, (menu, _) in training.TRAINING_OPTIONS.items()
                         if name != "device"},
                      "zero": "zero", "quantize": "quantize", "mem_unit": "mem_unit"},
         "constants": dict(SWITCHES["device"]["cuda"]),
         "members": {"lora_modules": dict(formulas.LORA_SYMBOLS)},
         "model": {"preset": "model", "config": "config"},
+        "accelerator": "accelerator",
     }
     return {"memory": memory, "flops": flops_w, "explorer": explorer, "fit": fit}
 
@@ -157,7 +167,12 @@ def formula_spec() -> dict:
       "does it fit" widget its ``members`` (a list trait -> item -> the symbol that is 1 when the list
       holds the item) and its ``model`` (the traits of a preset and a pasted config.json); the
       Explorer its ``base`` (the trait naming the preset whose symbols are set first, the sliders'
-      inputs over them).
+      inputs over them); the Explorer and the "does it fit" widget their ``accelerator`` (the trait of the
+      menu of ``accelerators``, which sets ``mem`` and ``mem_unit``; not an input of the formulas).
+    * ``accelerators``: the menu's GPUs -> {``mem``, ``mem_unit``}: the memory nvidia-smi reports, in MiB
+      (:data:`attn_core.symbols.ACCELERATORS`, with its sources), and ``default_accelerator``.
+    * ``labels``: menu -> option -> [label, tooltip] (:data:`attn_core.symbols.OPTION_LABELS`: the one table
+      of what the menus show).
     * ``switches``: menu -> option -> {symbol: value} (:data:`attn_core.symbols.SWITCHES`;
       options of booleans are the strings ``"true"`` / ``"false"``).
     * ``models``: the presets of :data:`attn_core.kv_cache.MODELS`, as Explorer traits, with their
@@ -186,6 +201,10 @@ def formula_spec() -> dict:
         "widgets": _widget_recipes(),
         "models": models,
         "default_model": DEFAULT_MODEL,
+        "accelerators": {name: {"mem": mib, "mem_unit": "MiB"} for name, mib in ACCELERATORS.items()},
+        "default_accelerator": DEFAULT_ACCELERATOR,
+        "labels": {menu: {opt: list(pair) for opt, pair in options.items()}
+                   for menu, options in OPTION_LABELS.items()},
         "fit": _fit_spec(),
         "colors": dict(COLORS),
         "units": {k: [list(u) for u in v] for k, v in UNITS.items()},
@@ -237,16 +256,48 @@ def build_env(recipe: dict, state: dict, spec: dict) -> dict:
     return env
 
 
-#: the Explorer's serving traits, for a state that does not name them (one written before they existed):
-#: an accelerator of 80 GB, and the weights of the state's ``model`` when it is a preset (else DEFAULT_MODEL)
-SERVING_DEFAULTS = {"mem": 80.0, "mem_unit": "GB"}
+#: the memory traits' defaults (the Explorer and the "does it fit" widget): the default accelerator's memory
+#: as nvidia-smi reports it (:data:`attn_core.symbols.ACCELERATORS`) and an allowance of 10% for the allocator
+MEMORY_DEFAULTS = {"accelerator": DEFAULT_ACCELERATOR, "mem": float(ACCELERATORS[DEFAULT_ACCELERATOR]),
+                   "mem_unit": "MiB", "allowance": 10.0}
+#: the memory typed before the menu of accelerators: a ``mem`` given without ``mem_unit`` is in GB, and a
+#: ``mem_unit`` given without ``mem`` reads 80 (the widgets' old defaults, 80 GB)
+TYPED_MEMORY_DEFAULTS = {"mem": 80.0, "mem_unit": "GB"}
+#: the Explorer's serving traits, for a state that does not name them (one written before they existed)
+SERVING_DEFAULTS = {k: v for k, v in MEMORY_DEFAULTS.items() if k != "accelerator"}
+
+
+def accelerator_of(mem, mem_unit) -> str:
+    """The accelerator of the menu whose memory is ``mem`` ``mem_unit`` (its nvidia-smi total), else ""."""
+    return next((name for name, mib in ACCELERATORS.items() if mem_unit == "MiB" and mem == mib), "")
+
+
+def memory_traits(traits: dict) -> dict:
+    """``traits`` with the memory traits made consistent: an ``accelerator`` of the menu sets ``mem`` and
+    ``mem_unit`` that are not given; a typed memory (``mem`` or ``mem_unit`` without an accelerator) takes
+    :data:`TYPED_MEMORY_DEFAULTS` for the other; ``accelerator`` names the GPU whose memory that is, or ""."""
+    out = dict(traits)
+    name = out.get("accelerator")
+    if name and name in ACCELERATORS:
+        out.setdefault("mem", float(ACCELERATORS[name]))
+        out.setdefault("mem_unit", "MiB")
+    elif name or "mem" in out or "mem_unit" in out:
+        if name:  # not a GPU of the menu: the trait's check names it
+            return out
+        out = {**TYPED_MEMORY_DEFAULTS, **out}
+    else:
+        return out
+    out["accelerator"] = accelerator_of(out["mem"], out["mem_unit"])
+    return out
 
 
 def serving_defaults(state: dict) -> dict:
-    """The Explorer's serving traits a state leaves out, with their defaults (:data:`SERVING_DEFAULTS`)."""
+    """The Explorer's serving traits a state leaves out, with their defaults (:data:`SERVING_DEFAULTS`; a
+    ``mem`` without ``mem_unit`` is in GB, as before the menu of accelerators)."""
     model = state.get("model")
     base = model if model in kv_cache.MODELS else DEFAULT_MODEL
-    return {k: v for k, v in {**SERVING_DEFAULTS, "base": base}.items() if k not in state}
+    defaults = {**SERVING_DEFAULTS, "mem_unit": "GB"} if "mem" in state else SERVING_DEFAULTS
+    return {k: v for k, v in {**defaults, "base": base}.items() if k not in state}
 
 
 def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool = False) -> dict:
@@ -254,7 +305,7 @@ def compute_values(kind: str, state: dict, spec: dict | None = None, exact: bool
 
     ``state`` maps trait names to values (e.g. ``{"N": 4096, "d": 3072, ...}``). Values are
     ints when whole, floats otherwise (Fractions with ``exact=True``), None for a crossover
-    that does not exist. An Explorer state without ``base``, ``mem`` or ``mem_unit`` takes
+    that does not exist. An Explorer state without ``base``, ``mem``, ``mem_unit`` or ``allowance`` takes
     :func:`serving_defaults`.
     """
     spec = _SPEC if spec is None else spec

@@ -10,14 +10,14 @@ import traitlets
 from .. import flops, kv_cache, ledger
 from ..display import COLORS
 from ..symbols import SWITCHES
-from ._base import _check_divides, _LedgerWidget
+from ._base import _check_divides, _LedgerWidget, _MemoryTraits
 from ._plot import _bytes_axis, _mark, _share_axis, _tokens_axis
-from ._spec import DEFAULT_MODEL, SERVING_DEFAULTS, fmt_tokens, model_traits, serving_defaults
+from ._spec import DEFAULT_MODEL, fmt_tokens, model_traits, serving_defaults
 
 _ARCH = ("d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window", "kv_latent")
 
 
-class Explorer(_LedgerWidget):
+class Explorer(_MemoryTraits, _LedgerWidget):
     """Chapter 7: every crossover of one model at N tokens, with sliders and presets.
 
     ``Explorer(model=DEFAULT_MODEL)`` (and any trait as a keyword, e.g. ``N=131072``)
@@ -40,7 +40,8 @@ class Explorer(_LedgerWidget):
     * serving: the weights held once (:func:`attn_core.formulas.model_params` of the sliders' shape
       with the vocabulary, norms, biases and experts of the preset ``base``, the last one chosen; at
       the dtype's bytes), the KV caches of ``B`` users (sequences) at N, their total, and how many
-      users fit in an accelerator of ``mem`` ``mem_unit`` ("GB", 10^9 bytes, or "GiB"), as
+      users fit in one accelerator (``accelerator``, a GPU of the menu, or ``mem`` ``mem_unit``; less the
+      ``allowance`` for the allocator, 10% by default: :class:`attn_core.widgets.FitWidget` says how), as
       :func:`attn_core.inference.serving_memory` counts them. A model without a vocabulary (the
       3.6B worked example, a teaching construction on image patches) has weights in its blocks only;
     * a button "measure on this machine" that times causal softmax attention (torch SDPA) against
@@ -51,15 +52,17 @@ class Explorer(_LedgerWidget):
     weights count: the model when it is a preset, the last preset chosen when it is "custom"), ``N``,
     ``d``, ``H``, ``H_kv``, ``L``, ``D``, ``D_v``, ``rope_dim``, ``q_lora``, ``F``, ``ffn``, ``window``,
     ``kv_latent``, ``dtype``, ``causal``, ``dropout``, ``saved``, ``mask``, ``B`` (1: sequences, the
-    users served), ``mem`` (80) and ``mem_unit`` ("GB"), ``measured``, ``measure_status``.
+    users served), ``accelerator`` ("H100 80GB HBM3"), ``mem`` (81559) and ``mem_unit`` ("MiB"), ``allowance``
+    (10, percent), ``measured``, ``measure_status``.
     ``values`` (read-only): ``linear_flops``, ``quadratic_flops``,
     ``total_flops``, ``quadratic_share``, ``n_star_flops``, ``n_star_flops_attention``,
     ``act_layer_eager``, ``act_layer_fused``, ``act_eager``, ``act_fused`` (times L),
     ``eager_over_fused``, ``n_star_memory``, ``kv_bytes_per_token``, ``kv_cache_bytes`` (the B
     sequences'), ``linear_state_bytes``, ``kv_over_state``, ``n_star_kv_state`` (the N at which the
     KV cache outgrows the linear state, ignoring the window), ``params``, ``weights_bytes``,
-    ``kv_bytes_per_user``, ``serving_bytes`` (weights + KV caches), ``mem_bytes``, ``serving_fits``
-    and ``weights_fit`` (1 or 0), ``users_max`` (the most users whose caches fit beside the weights, 0 if
+    ``kv_bytes_per_user``, ``serving_bytes`` (weights + KV caches), ``mem_bytes``, ``usable_bytes`` (less the
+    allowance), ``serving_fits`` and ``weights_fit`` (1 or 0, against the usable memory), ``users_max`` (the
+    most users whose caches fit beside the weights in the usable memory, 0 if
     the weights alone do not). ``figure()`` draws the same figure with
     matplotlib. In Colab, run ``from google.colab import output; output.enable_custom_widget_manager()``
     once if the widget does not appear.
@@ -67,16 +70,14 @@ class Explorer(_LedgerWidget):
 
     _kind = "explorer"
     _inputs = ("B", "N", "d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window",
-               "kv_latent", "dtype", "causal", "dropout", "saved", "mask", "base", "mem", "mem_unit")
+               "kv_latent", "dtype", "causal", "dropout", "saved", "mask", "base", "mem", "mem_unit",
+               "allowance")
 
     model = traitlets.Enum([*kv_cache.MODELS, "custom"], default_value=DEFAULT_MODEL).tag(sync=True)
     base = traitlets.Enum(list(kv_cache.MODELS), default_value=DEFAULT_MODEL,
                           help="the preset whose vocabulary, norms, biases and experts the weights count"
                           ).tag(sync=True)
     B = traitlets.Int(1, min=1, help="sequences at once: the users served").tag(sync=True)
-    mem = traitlets.Float(SERVING_DEFAULTS["mem"], help="accelerator memory, in mem_unit").tag(sync=True)
-    mem_unit = traitlets.Enum(list(SWITCHES["mem_unit"]),
-                              default_value=SERVING_DEFAULTS["mem_unit"]).tag(sync=True)
     N = traitlets.Int(4096, min=1).tag(sync=True)
     d = traitlets.Int(3072, min=1).tag(sync=True)
     H = traitlets.Int(24, min=1).tag(sync=True)
@@ -134,11 +135,6 @@ class Explorer(_LedgerWidget):
         _check_divides(self, "H_kv", "H", proposal["value"], self.H, "H_kv")
         return proposal["value"]
 
-    @traitlets.validate("mem")
-    def _valid_mem(self, proposal):
-        if not proposal["value"] > 0:
-            raise traitlets.TraitError(f"mem must be > 0, got {proposal['value']}")
-        return proposal["value"]
 
     @traitlets.observe("model")
     def _on_model(self, change) -> None:

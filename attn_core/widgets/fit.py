@@ -7,7 +7,7 @@ import traitlets
 
 from .. import models, training
 from ..symbols import SWITCHES
-from ._base import _LedgerWidget, esm
+from ._base import _LedgerWidget, _MemoryTraits, esm
 from ._spec import FIT_MODELS, PASTED, fit_model
 
 DEFAULT_FIT_MODEL = "Llama 3 8B"
@@ -40,17 +40,22 @@ def _renamed(traits: dict) -> dict:
     return out
 
 
-class FitWidget(_LedgerWidget, _OptionTraits):
+class FitWidget(_MemoryTraits, _LedgerWidget, _OptionTraits):
     """Does it fit? The busiest rank's memory over a training step, against the accelerator's.
 
-    ``FitWidget(model="Llama 3 8B", N=4096, B=1, mem=80, mem_unit="GB", dp=8, zero=1, ...)`` or
-    ``FitWidget(config=...)`` for any model a ``config.json`` describes (a dict, a path, or a
-    ``transformers`` config; the families :meth:`attn_core.models.ModelConfig.from_hf_config` reads).
+    ``FitWidget(model="Llama 3 8B", N=4096, B=1, accelerator="A100 80GB", dp=8, zero=1, ...)``,
+    ``FitWidget(mem=80, mem_unit="GB", ...)`` or ``FitWidget(config=...)`` for any model a ``config.json``
+    describes (a dict, a path, or a ``transformers`` config; the families
+    :meth:`attn_core.models.ModelConfig.from_hf_config` reads).
 
     Every number is :func:`attn_core.training.training_memory`'s, through its formula
     (:func:`attn_core.formulas.step.step_items`; the parameters :func:`attn_core.formulas.model_params`):
-    the traits are its keywords. ``B``, ``N``; the accelerator's memory ``mem`` in ``mem_unit`` ("GB",
-    10^9 bytes as makers write it: 80 GB is 74.5 GiB; or "GiB"); ``dp`` data-parallel ranks, ZeRO stage
+    the traits are its keywords. ``B``, ``N``; one GPU's memory: ``accelerator``, a GPU of the menu
+    (:data:`attn_core.symbols.ACCELERATORS`, default "H100 80GB HBM3") whose total as nvidia-smi reports it
+    sets ``mem`` in ``mem_unit`` "MiB", or "" for a memory typed in "GB" (10^9 bytes), "GiB" or "MiB" (a
+    ``mem`` given alone is in GB, as before the menu); ``allowance``, the percent of the memory held back
+    for the allocator's cache (10: the step fits when its peak is at most ``usable_bytes``, the rest; 0
+    compares the peak with the whole memory); ``dp`` data-parallel ranks, ZeRO stage
     ``zero`` (over the dp x cp ranks), ``tp`` (it must divide the heads and key/value heads),
     ``sequence_parallel``, ``cp`` (values are the ranks' average where it does not divide N), ``pp``
     (it must divide the layers); ``precision``, ``optimizer``, ``optimizer_impl``,
@@ -68,7 +73,8 @@ class FitWidget(_LedgerWidget, _OptionTraits):
     ``optimizer_bytes``, ``activations_bytes``, ``logits_bytes``, ``buffers_bytes`` (the items at the
     peak, as training_memory gives them, exact), ``total_bytes`` (the peak), ``phase.<name>`` (each
     phase's total), ``peak_phase`` (the index in :data:`attn_core.formulas.PHASES` of the first phase
-    at the peak), ``mem_bytes``, ``spare_bytes`` (memory - peak), ``fits`` (1 or 0), ``state_bytes``
+    at the peak), ``mem_bytes``, ``usable_bytes`` (the memory less the allowance), ``spare_bytes``
+    (usable - peak), ``fits`` (1 or 0: the peak is at most the usable memory), ``state_bytes``
     (the peak with no token: the training state and its buffers), ``n_max`` (the longest N that fits,
     real-valued; 0 when the state alone does not), ``params``, ``params_per_rank`` (the busiest rank's,
     sharded under ZeRO-3), ``devices`` (dp x tp x cp x pp).
@@ -76,15 +82,13 @@ class FitWidget(_LedgerWidget, _OptionTraits):
 
     _kind = "fit"
     _esm = esm("hf_config.js")  # the formulas, the page's reader of a config.json, the views
-    _inputs = ("model", "config", "N", "B", "mem", "mem_unit", "dp", "zero", "tp", "cp", "pp", "lora_rank",
-               "lora_modules", "quantize", *OPTIONS)
+    _inputs = ("model", "config", "N", "B", "mem", "mem_unit", "allowance", "dp", "zero", "tp", "cp", "pp",
+               "lora_rank", "lora_modules", "quantize", *OPTIONS)
 
     model = traitlets.Unicode(DEFAULT_FIT_MODEL, help=f"a preset, or {PASTED!r}: the config").tag(sync=True)
     config = traitlets.Dict(help="a pasted config.json (parsed); empty: the preset").tag(sync=True)
     N = traitlets.Int(4096, min=1).tag(sync=True)
     B = traitlets.Int(1, min=1).tag(sync=True)
-    mem = traitlets.Float(80.0).tag(sync=True)
-    mem_unit = traitlets.Enum(list(SWITCHES["mem_unit"]), default_value="GB").tag(sync=True)
     dp = traitlets.Int(8, min=1).tag(sync=True)
     zero = traitlets.Int(1, min=0, max=3).tag(sync=True)
     tp = traitlets.Int(1, min=1).tag(sync=True)
@@ -96,7 +100,7 @@ class FitWidget(_LedgerWidget, _OptionTraits):
     quantize = traitlets.Enum(list(SWITCHES["quantize"]), default_value="adapted").tag(sync=True)
 
     def __init__(self, model: str | None = None, config=None, **kwargs):
-        kwargs = _renamed(kwargs)
+        kwargs = self._given(kwargs)
         if config is not None and not isinstance(config, dict):
             config = models._config_dict(config)  # a path or a transformers config
         if config:
@@ -105,6 +109,11 @@ class FitWidget(_LedgerWidget, _OptionTraits):
             kwargs["model"] = model
         super().__init__(**kwargs)
         self.observe(self._on_model, names=["model", "config"])
+
+    @classmethod
+    def _given(cls, traits: dict) -> dict:
+        """The old trait names read as the new ones; the memory traits made consistent."""
+        return super()._given(_renamed(traits))
 
     @classmethod
     def compute_values(cls, **traits) -> dict:
@@ -136,12 +145,6 @@ class FitWidget(_LedgerWidget, _OptionTraits):
                 models.ModelConfig.from_hf_config(proposal["value"])
             except ValueError as e:
                 raise traitlets.TraitError(f"config: {e}") from e
-        return proposal["value"]
-
-    @traitlets.validate("mem")
-    def _valid_mem(self, proposal):
-        if not proposal["value"] > 0:
-            raise traitlets.TraitError(f"mem must be > 0, got {proposal['value']}")
         return proposal["value"]
 
     @traitlets.validate("lora_modules")

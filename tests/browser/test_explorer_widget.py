@@ -9,7 +9,8 @@ computes for the same state:
 
 * the Explorer's serving readouts: the users control (B) moves the total, weights + KV caches x users,
   which equals Python's and :func:`attn_core.inference.serving_memory`; the memory is typed exactly
-  (74.5 GiB) and the users that fit follow; the preset's source is a link; a model without a
+  (74.5 GiB) and the users that fit follow, less the allowance for the allocator; the menu of accelerators
+  sets the memory nvidia-smi reports; N is typed exactly; the preset's source is a link; a model without a
   vocabulary says its weights are its blocks';
 * the memory ledger: in the teaching ledger the dropout-mask menu is disabled and the empty rows are
   greyed, each with its reason; moving d to 10,496 moves H from 24 to 32, and the page says why;
@@ -141,12 +142,40 @@ def test_explorer_users_control_moves_the_serving_total(browser, site):
         handle.query_selector("select[aria-label='memory unit']").select_option("GiB")
         w.page.wait_for_timeout(50)
         state = _state(w.page, handle)
-        assert (state["mem"], state["mem_unit"]) == (74.5, "GiB")
+        assert (state["mem"], state["mem_unit"], state["allowance"]) == (74.5, "GiB", 10)
+        assert state["accelerator"] == ""  # typed: no GPU of the menu
         _assert_matches_python(handle, w.page)
         most = int(_shown(handle, "users_max"))
         weights, per_user = 2 * llama.num_params(), llama.kv_bytes(8192)
-        assert weights + most * per_user <= 74.5 * 2**30 < weights + (most + 1) * per_user
+        usable = 74.5 * 2**30 * 0.9  # less 10% for the allocator
+        assert _shown(handle, "usable_bytes") == usable
+        assert weights + most * per_user <= usable < weights + (most + 1) * per_user
         assert f"at most {most} users fit" in verdict.inner_text()
+        assert "usable after a 10% allowance" in verdict.inner_text()
+        # no allowance: more users fit, up to the whole memory
+        allowance = handle.query_selector("input[aria-label='allowance for the allocator (%)']")
+        allowance.fill("0")
+        allowance.evaluate("e => e.dispatchEvent(new Event('change'))")
+        w.page.wait_for_timeout(50)
+        _assert_matches_python(handle, w.page)
+        assert int(_shown(handle, "users_max")) == (74.5 * 2**30 - weights) // per_user > most
+        # the menu of accelerators: an A100 80GB's 81,920 MiB, 80 GiB exactly
+        handle.query_selector("select[aria-label='accelerator']").select_option("A100 80GB")
+        w.page.wait_for_timeout(50)
+        state = _state(w.page, handle)
+        assert (state["accelerator"], state["mem"], state["mem_unit"]) == ("A100 80GB", 81920, "MiB")
+        assert _shown(handle, "mem_bytes") == 80 * 2**30
+        _assert_matches_python(handle, w.page)
+        # N typed exactly
+        exact = handle.query_selector("input[aria-label='N, exactly']")
+        exact.fill("10000")
+        exact.evaluate("e => e.dispatchEvent(new Event('change'))")
+        w.page.wait_for_timeout(50)
+        assert _state(w.page, handle)["N"] == 10000
+        _assert_matches_python(handle, w.page)
+        exact.fill("8192")
+        exact.evaluate("e => e.dispatchEvent(new Event('change'))")
+        w.page.wait_for_timeout(50)
         # the preset's source, a link to its config.json (only http(s) URLs become links)
         link = handle.query_selector(".al-note a")
         assert link.get_attribute("href") == llama.source and "noopener" in link.get_attribute("rel")

@@ -6,8 +6,11 @@ through Playwright; never downloaded) pastes config.json files of several famili
 whose parameter counts transformers gave): the page reads each with static/hf_config.js, and every number
 it shows, its verdict in words and its cheapest change must be what Python computes for the same state
 (training_memory, the widget's values, the page's advice run in Node.js). A config the reader rejects
-shows the reason and changes nothing. Memory is entered exactly (74.5 GiB). At 420 px nothing is wider
-than the screen, with every fold open.
+shows the reason and changes nothing. Memory is entered exactly (74.5 GiB), or chosen from the menu of
+accelerators (the bytes nvidia-smi reports); the allowance for the allocator moves the verdict; N is typed
+exactly; the menus show readable labels with tooltips; what the other settings make irrelevant is greyed
+with its reason; the changes tried say what "cheapest" means and what each costs. At 420 px nothing is
+wider than the screen, with every fold open.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import functools
 import http.server
 import json
 import math
-import re
 import shutil
 import threading
 
@@ -108,14 +110,10 @@ def _check_against_python(page, handle) -> dict:
     _assert_matches_python(handle, page)
     state = {k: v for k, v in _state(page, handle).items() if k in W.FitWidget._inputs}
     v = W.FitWidget.compute_values(**state)
-    kind = "fits" if v["fits"] else "state" if v["state_bytes"] > v["mem_bytes"] else "over"
+    kind = js_fit.verdict_kind(v)
     verdict = handle.query_selector(".al-verdict")
     assert verdict.get_attribute("data-verdict") == kind
-    unit = {"GB": 10**9, "GiB": 2**30}[state["mem_unit"]]
-    shown = {"fits": v["spare_bytes"], "state": v["state_bytes"], "over": -v["spare_bytes"]}[kind]
-    text = verdict.inner_text()
-    numbers = [float(x) for x in re.findall(rf"(-?[\d.]+(?:e-?\d+)?) {state['mem_unit']}\b", text)]
-    assert any(n == pytest.approx(shown / unit, rel=5e-3, abs=0.05) for n in numbers), text
+    js_fit.assert_verdict_names(state, v, verdict.inner_text())
     said = handle.query_selector(".al-advice").get_attribute("data-change")
     change = None if said == "none" else json.loads(said)
     if v["fits"]:
@@ -188,6 +186,8 @@ def test_fit_widget_memory_is_exact_and_advice_follows(browser, site):
         assert handle.query_selector(".al-verdict").get_attribute("data-verdict") == "over"
         handle.query_selector("details.al-more > summary").click()
         for select in handle.query_selector_all("details.al-more select"):
+            if select.is_disabled():  # greyed: it changes nothing under these settings
+                continue
             options = select.evaluate("s => [...s.options].filter(o => !o.disabled).map(o => o.value)")
             other = next((o for o in options if o != select.evaluate("s => s.value")), None)
             if other is not None:
@@ -199,14 +199,143 @@ def test_fit_widget_memory_is_exact_and_advice_follows(browser, site):
         w.page.close()
 
 
+def _shown(handle, key) -> float:
+    return float(handle.query_selector(f"[data-key='{key}']").get_attribute("data-value"))
+
+
+def _type(page, handle, label, value) -> None:
+    box = handle.query_selector(f"input[aria-label='{label}']")
+    box.fill(str(value))
+    box.evaluate("e => e.dispatchEvent(new Event('change'))")
+    page.wait_for_timeout(50)
+
+
+def test_fit_widget_accelerators_allowance_and_exact_n(browser, site):
+    """The menu of accelerators sets the memory nvidia-smi reports, exactly (81,559 MiB on the H100 it opens
+    with; 40,960 MiB = 40 GiB on an A100 40GB); a memory typed names no GPU; the allowance for the allocator
+    moves the verdict (Llama 3 8B at N = 6,144 fits an H100's whole memory, not the 90% of it); N is typed
+    exactly, beside its slider."""
+    w, handle = _open(browser, site)
+    try:
+        gpu = handle.query_selector("select[aria-label='accelerator']")
+        assert gpu.evaluate("s => s.value") == "H100 80GB HBM3"
+        assert _shown(handle, "mem_bytes") == 81559 * 2**20 == 85_520_809_984
+        assert _shown(handle, "usable_bytes") == 85_520_809_984 * 0.9
+        assert "torch.cuda.mem_get_info()" in handle.inner_text() and "nvidia-smi" in handle.inner_text()
+        gpu.select_option("A100 40GB")
+        w.page.wait_for_timeout(50)
+        _check_against_python(w.page, handle)
+        state = _state(w.page, handle)
+        assert (state["accelerator"], state["mem"], state["mem_unit"]) == ("A100 40GB", 40960, "MiB")
+        assert _shown(handle, "mem_bytes") == 40 * 2**30
+        assert handle.query_selector("input[aria-label='memory per GPU']").evaluate("e => e.value") == "40960"
+        _type(w.page, handle, "memory per GPU", 40000)  # typed: no longer the menu's GPU
+        assert _state(w.page, handle)["accelerator"] == "" and gpu.evaluate("s => s.value") == ""
+        gpu.select_option("H100 80GB HBM3")
+        w.page.wait_for_timeout(50)
+        assert _state(w.page, handle)["mem"] == 81559
+        # N typed exactly: 6,144 tokens fit the H100's whole memory, not the 71.7 GiB left after 10%
+        _type(w.page, handle, "N, exactly", 6144)
+        state = _check_against_python(w.page, handle)
+        verdict = handle.query_selector(".al-verdict")
+        assert state["N"] == 6144 and verdict.get_attribute("data-verdict") == "over"
+        assert "71.7 GiB usable after a 10% allowance" in verdict.inner_text()
+        assert handle.query_selector(".al-allow") is not None  # the allowance, hatched on the bar
+        _type(w.page, handle, "allowance for the allocator (%)", 0)
+        state = _check_against_python(w.page, handle)
+        assert state["allowance"] == 0 and verdict.get_attribute("data-verdict") == "fits"
+        assert handle.query_selector(".al-allow") is None
+        _type(w.page, handle, "N, exactly", 10000)  # any whole number, not only the slider's
+        state = _check_against_python(w.page, handle)
+        assert state["N"] == 10000
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
+
+
+def test_fit_widget_labels_greyed_controls_and_changes_tried(browser, site):
+    """The menus show labels (their keys stay the values) with tooltips; under full training LoRA's rank,
+    targets and dropout and QLoRA's base are disabled with a reason, under LoRA only the base; offloading
+    only with full recomputation, sequence parallelism only with TP; the changes tried say what cheapest
+    means and each change's cost."""
+    from attn_core.symbols import OPTION_LABELS
+
+    w, handle = _open(browser, site)
+    try:
+        handle.query_selector("details.al-more > summary").click()
+        loss = handle.query_selector("select[aria-label='loss']")
+        options = "s => Object.fromEntries([...s.options].map(o => [o.value, [o.text, o.title]]))"
+        texts = loss.evaluate(options)
+        assert texts == {k: list(v) for k, v in OPTION_LABELS["loss"].items()}
+        assert texts["fp32_parallel"][0] == "fp32 logits, vocabulary-parallel (loss_parallel)"
+        finetune = handle.query_selector("select[aria-label='training']")
+        finetune.select_option("qlora_bnb")
+        w.page.wait_for_timeout(50)
+        chosen = finetune.evaluate("s => s.options[s.selectedIndex].text")
+        assert chosen == OPTION_LABELS["finetune"]["qlora_bnb"][0]
+        assert finetune.get_attribute("title") == OPTION_LABELS["finetune"]["qlora_bnb"][1]
+        assert _state(w.page, handle)["finetune"] == "qlora_bnb"  # the value is the key
+        _check_against_python(w.page, handle)
+
+        def off(selector):
+            e = handle.query_selector(selector)
+            return e.is_disabled(), e.evaluate("e => e.closest('.al-control').innerText")
+
+        lora = ("select[aria-label='LoRA rank']", "input[aria-label='LoRA on q']",
+                "input[aria-label='LoRA dropout']")
+        assert not any(off(x)[0] for x in (*lora, "select[aria-label='QLoRA base']"))
+        finetune.select_option("full")
+        w.page.wait_for_timeout(50)
+        for x in (*lora, "select[aria-label='QLoRA base']"):
+            disabled, words = off(x)
+            assert disabled and "full training" in words, x
+        finetune.select_option("lora")
+        w.page.wait_for_timeout(50)
+        assert not any(off(x)[0] for x in lora)
+        disabled, words = off("select[aria-label='QLoRA base']")
+        assert disabled and "not quantized" in words
+        disabled, words = off("input[aria-label='offload checkpoints']")
+        assert disabled and "only with full recomputation" in words
+        handle.query_selector("select[aria-label='recompute']").select_option("full")
+        w.page.wait_for_timeout(50)
+        assert not off("input[aria-label='offload checkpoints']")[0]
+        disabled, words = off("input[aria-label='sequence parallel']")
+        assert disabled and "needs TP > 1" in words
+        handle.query_selector("select[aria-label='TP degree']").select_option("2")
+        w.page.wait_for_timeout(50)
+        assert not off("input[aria-label='sequence parallel']")[0]
+        _check_against_python(w.page, handle)
+        # over the memory: the changes tried, cheapest first, with what cheapest means and each cost
+        finetune.select_option("full")
+        handle.query_selector("select[aria-label='recompute']").select_option("none")
+        handle.query_selector("select[aria-label='TP degree']").select_option("1")
+        _type(w.page, handle, "N, exactly", 16384)
+        _check_against_python(w.page, handle)
+        advice = handle.query_selector(".al-advice")
+        assert advice.get_attribute("data-change") == json.dumps({"recompute": "full"}, separators=(",", ":"))
+        advice.query_selector("details.al-tried > summary").click()
+        text = advice.inner_text()
+        assert "Cheapest means this order, fixed by hand" in text
+        assert "full recomputation: reruns the whole block during its backward" in text
+        assert "about a third" not in text
+        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+    finally:
+        w.page.close()
+
+
 def test_fit_widget_on_a_phone(browser, site):
-    """At 420 px, with the paste box and the folded settings open, nothing is wider than the screen."""
+    """At 420 px, with the paste box, the folded settings and the changes tried open, nothing is wider than
+    the screen."""
     from test_models import CASES
 
     w, handle = _open(browser, site, width=420)
     try:
         _paste(w.page, handle, CASES["deepseek-v3-small"][0])
         handle.query_selector("details.al-more > summary").click()
+        _type(w.page, handle, "N, exactly", 65536)
+        tried = handle.query_selector("details.al-tried > summary")
+        if tried is not None:
+            tried.click()
         w.page.wait_for_timeout(50)
         wide = w.page.evaluate("document.documentElement.scrollWidth")
         assert wide <= 420, f"the page is {wide} px wide on a 420 px phone"
