@@ -720,13 +720,23 @@ def test_front_end_is_local():
         for call in ("fetch(", "XMLHttpRequest", "import(", "WebSocket", "<script"):
             assert call not in text, f"{path.name} uses {call}"
         assert not re.search(r"^\s*import\s", text, re.M), f"{path.name} imports a module"
-    def module(*files):
-        return "\n".join((STATIC / f).read_text() for f in ("formulas.js", *files, "ledger_widgets.js"))
-
-    assert "export default" in module()
-    for cls in (W.MemoryLedgerWidget, W.FlopsWidget, W.Explorer):
-        assert cls()._esm == module()  # the generated formulas, then the views: one module
-    assert W.FitWidget()._esm == module("hf_config.js")  # and the page's reader of a config.json
+    formulas = (STATIC / "formulas.js").read_text()
+    source = JS.read_text().split("\n")
+    # the views' copy in a module drops comment lines and indentation: safe while no string spans lines
+    assert all(line.count("`") % 2 == 0 and not line.endswith("\\") for line in source)
+    views = [line.lstrip() for line in source if not line.lstrip().startswith("//")]
+    for cls, kind in ((W.MemoryLedgerWidget, "memory"), (W.FlopsWidget, "flops"), (W.Explorer, "explorer"),
+                      (W.FitWidget, "fit")):
+        code = cls()._esm
+        assert "export default" in code and code.endswith("\n".join(views))  # the views, comments left out
+        # its own generated function, exactly as formulas.js has it, and no other kind's
+        start = formulas.index(f"function {kind}Values(env)")
+        assert formulas[start:formulas.index("\n}\n", start) + 3] in code
+        others = [k for k in ("memory", "flops", "explorer", "fit") if k != kind]
+        assert not any(f"function {k}Values(" in code for k in others)
+        assert f"const GENERATED = {{ {kind}: {kind}Values }};" in code
+        # the page's reader of a config.json only in the widget that reads one
+        assert ((STATIC / "hf_config.js").read_text() in code) == (kind == "fit")
     # the rules of a config.json travel only with the widget that reads one (every saved state holds its spec)
     assert "fit" in W.FitWidget().spec and "fit" not in W.Explorer().spec
 

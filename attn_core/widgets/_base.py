@@ -18,21 +18,39 @@ from ._spec import (
     widget_spec,
 )
 
-#: the files of the widgets' one ES module, in order (the "does it fit" widget's adds the page's reader of
+#: the files of the widgets' ES modules, in order (the "does it fit" widget's adds the page's reader of
 #: a config.json, static/hf_config.js, before the views: the other widgets' saved states stay without it)
 ESM_FILES = ("formulas.js", "ledger_widgets.js")
 
 
-def esm(*files: str) -> str:
-    """The widgets' ES module: the generated formulas, ``files``, then the views."""
-    return "\n".join((_STATIC / f).read_text() for f in (ESM_FILES[0], *files, ESM_FILES[1]))
+def _formulas_of(kind: str) -> str:
+    """Of static/formulas.js, the header and the one generated function a widget of ``kind`` runs, and
+    the ``GENERATED`` table the views read (each view computes only its own kind)."""
+    text = (_STATIC / ESM_FILES[0]).read_text()
+    start = text.index(f"function {kind}Values(env) {{")
+    end = text.index("\n}\n", start) + 3
+    return (text[:text.index("\nfunction ") + 1] + text[start:end]
+            + f"\nconst GENERATED = {{ {kind}: {kind}Values }};\n")
+
+
+def _views() -> str:
+    """static/ledger_widgets.js without its comment lines and indentation: every widget's saved state in
+    a notebook holds its module, so the copy it carries is kept small (the file keeps both; it has no
+    string that spans lines, which tests/test_widgets.py checks)."""
+    text = (_STATIC / ESM_FILES[1]).read_text()
+    return "\n".join(line.lstrip() for line in text.split("\n") if not line.lstrip().startswith("//"))
+
+
+def esm(kind: str, *files: str) -> str:
+    """The ES module of a widget of ``kind``: its generated formulas, ``files``, then the views."""
+    return "\n".join([_formulas_of(kind), *((_STATIC / f).read_text() for f in files), _views()])
 
 
 class _LedgerWidget(anywidget.AnyWidget):
     """Shared machinery: the spec trait, the ``values`` observer, the front end."""
 
-    # the formulas SymPy printed (static/formulas.js), then the views that use them: one module
-    _esm = esm()
+    # each widget class sets _esm = esm(its kind): the formulas SymPy printed for it, then the views
+    _esm = ""
     _css = _STATIC / "ledger_widgets.css"
     _kind = ""
     _inputs: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ import traitlets
 from .. import flops, kv_cache, ledger
 from ..display import COLORS
 from ..symbols import SWITCHES
-from ._base import _check_divides, _LedgerWidget, _MemoryTraits
+from ._base import _check_divides, _LedgerWidget, _MemoryTraits, esm
 from ._plot import _bytes_axis, _mark, _share_axis, _tokens_axis
 from ._spec import DEFAULT_MODEL, fmt_tokens, model_traits, serving_defaults
 
@@ -69,6 +69,7 @@ class Explorer(_MemoryTraits, _LedgerWidget):
     """
 
     _kind = "explorer"
+    _esm = esm("explorer")
     _inputs = ("B", "N", "d", "H", "H_kv", "L", "D", "D_v", "rope_dim", "q_lora", "F", "ffn", "window",
                "kv_latent", "dtype", "causal", "dropout", "saved", "mask", "base", "mem", "mem_unit",
                "allowance")

@@ -81,7 +81,7 @@ class FitWidget(_MemoryTraits, _LedgerWidget, _OptionTraits):
     """
 
     _kind = "fit"
-    _esm = esm("hf_config.js")  # the formulas, the page's reader of a config.json, the views
+    _esm = esm("fit", "hf_config.js")  # its formulas, the page's reader of a config.json, the views
     _inputs = ("model", "config", "N", "B", "mem", "mem_unit", "allowance", "dp", "zero", "tp", "cp", "pp",
                "lora_rank", "lora_modules", "quantize", *OPTIONS)
 

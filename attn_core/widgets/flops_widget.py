@@ -5,7 +5,7 @@ from __future__ import annotations
 import traitlets
 
 from .. import flops, kv_cache
-from ._base import _HeadsDivideWidth, _LedgerWidget
+from ._base import _HeadsDivideWidth, _LedgerWidget, esm
 
 #: the presets the widget offers: models with per-head K and V and D = d / H (not MLA)
 FLOPS_MODELS = {name: m for name, m in kv_cache.MODELS.items() if not m.is_mla}
@@ -44,6 +44,7 @@ class FlopsWidget(_HeadsDivideWidth, _LedgerWidget):
     """
 
     _kind = "flops"
+    _esm = esm("flops")
     _inputs = ("N", "d", "H", "H_kv", "F", "ffn", "causal")
 
     model = traitlets.Enum([*FLOPS_MODELS, "custom"], default_value=DEFAULT_FLOPS_MODEL).tag(sync=True)

@@ -6,7 +6,7 @@ import traitlets
 
 from .. import ledger
 from ..symbols import SWITCHES
-from ._base import _HeadsDivideWidth, _LedgerWidget
+from ._base import _HeadsDivideWidth, _LedgerWidget, esm
 
 
 class MemoryLedgerWidget(_HeadsDivideWidth, _LedgerWidget):
@@ -32,6 +32,7 @@ class MemoryLedgerWidget(_HeadsDivideWidth, _LedgerWidget):
     """
 
     _kind = "memory"
+    _esm = esm("memory")
     _inputs = ("B", "N", "d", "H", "dtype", "dropout", "saved", "mask")
 
     B = traitlets.Int(1, min=1).tag(sync=True)
