@@ -33,6 +33,7 @@ import torch
 from . import _checks
 from .kv_cache import ModelConfig
 from .measure import time_fn
+from .symbols import ACCELERATORS
 
 __all__ = [
     "H100_SXM",
@@ -51,21 +52,34 @@ __all__ = [
     "fa2_decode_launch",
 ]
 
-#: Published peak figures of one current GPU (NVIDIA H100 SXM5 datasheet): dense BF16 tensor-core
-#: FLOP/s (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), FP32 on the CUDA
-#: cores, dense TF32 tensor-core FLOP/s (989 with sparsity), dense FP8 tensor-core FLOP/s (3,958
-#: with sparsity), HBM3 bytes/s and capacity, and shared memory per SM (configurable up to 228 KB,
-#: Hopper tuning guide). From the FlashAttention-3 paper (Shah et al., 2024): 50 MiB of L2 cache
-#: and 256 KiB of registers per SM (Table 1), 132 SMs (the footnotes of sections 2.2 and 3.1), and
-#: the special functions such as exp at 16 per SM per clock: 16 x 132 x 1.83 GHz, the paper's
-#: 3.9 TFLOPS (section 3.1 and its footnote).
+#: Published figures of one current GPU (NVIDIA H100 SXM5 datasheet): dense BF16 tensor-core FLOP/s
+#: (the datasheet's 1,979 TFLOP/s is with 2:4 sparsity; dense is half), FP32 on the CUDA cores, dense
+#: TF32 tensor-core FLOP/s (989 with sparsity), dense FP8 tensor-core FLOP/s (3,958 with sparsity),
+#: HBM3 bytes/s, and shared memory per SM (configurable up to 228 KB, Hopper tuning guide).
+#:
+#: Memory. The datasheet's "80GB" is 80 GiB of HBM3 (``hbm_bytes``: 80 x 2^30 bytes, not 80 x 10^9).
+#: ``memory_bytes`` is what software sees, the total nvidia-smi reports for an "NVIDIA H100 80GB HBM3":
+#: 81,559 MiB (85,520,809,984 bytes, 79.6 GiB), "0MiB / 81559MiB" in NVIDIA/nccl issue 1264
+#: (https://github.com/NVIDIA/nccl/issues/1264) and "H100: 81559MiB (85.52 GB)" in modal-labs/modal-client
+#: pull request 2797 (https://github.com/modal-labs/modal-client/pull/2797); it is the memory the widgets'
+#: menu of accelerators opens with (attn_core.symbols.ACCELERATORS), and the default device of
+#: :func:`serving_memory`. ``cuda_memory_bytes`` is CUDA's own total (cudaMemGetInfo's total,
+#: torch.cuda.mem_get_info()[1]), a little less again: deviceQuery's "Total amount of global memory:
+#: 81106 MBytes (85045477376 bytes)" on an H100 80GB HBM3 (https://github.com/thamada/nvidia-smi,
+#: nvsim/H100SXMx8_deviceQuery.py).
+#:
+#: From the FlashAttention-3 paper (Shah et al., 2024): 50 MiB of L2 cache and 256 KiB of registers per
+#: SM (Table 1), 132 SMs (the footnotes of sections 2.2 and 3.1), and the special functions such as exp
+#: at 16 per SM per clock: 16 x 132 x 1.83 GHz, the paper's 3.9 TFLOPS (section 3.1 and its footnote).
 H100_SXM = {
     "name": "NVIDIA H100 SXM",
     "bf16_flops": 989e12,
     "fp32_flops": 67e12,
     "tf32_flops": 989e12 / 2,
     "fp8_flops": 1979e12,
-    "memory_bytes": 80e9,
+    "hbm_bytes": 80 * 2**30,
+    "memory_bytes": ACCELERATORS["H100 80GB HBM3"] * 2**20,  # 81,559 MiB, as nvidia-smi reports it
+    "cuda_memory_bytes": 85_045_477_376,  # deviceQuery: "81106 MBytes (85045477376 bytes)"
     "bandwidth": 3.35e12,
     "smem_per_sm": 228 * 1024,
     "num_sms": 132,
@@ -276,7 +290,8 @@ def serving_memory(model: ModelConfig, seq_len: int, users: int = 1, bytes_per_v
     mixture of experts, every expert) at ``bytes_per_value``, plus one KV cache per user
     (:meth:`ModelConfig.kv_bytes`; MLA: the latent); activations and the allocator's slack left
     out. Returns ``weight_bytes``, ``kv_bytes_per_user``, ``kv_bytes`` (all users), ``total_bytes``
-    and ``devices``, the fewest devices of ``device_bytes`` that hold the total.
+    and ``devices``, the fewest devices of ``device_bytes`` that hold the total (by default an H100 80GB's
+    81,559 MiB, the memory nvidia-smi reports: ``H100_SXM["memory_bytes"]``).
     """
     n = _checks.positive_int("seq_len", seq_len)
     users = _checks.positive_int("users", users)

@@ -104,6 +104,19 @@ def test_serving_arithmetic():
     assert b["bytes_per_step"] - b["weight_bytes"] > b["weight_bytes"]
 
 
+def test_h100_memory_is_80_gib_and_what_nvidia_smi_and_cuda_report():
+    """An "80GB" H100 has 80 GiB of HBM3; nvidia-smi reports 81,559 MiB of it (NVIDIA/nccl issue 1264,
+    modal-labs/modal-client PR 2797), CUDA 85,045,477,376 bytes (deviceQuery's 81106 MBytes): each a
+    little less than the last, and all more than 80 x 10^9 bytes (74.5 GiB)."""
+    assert H100_SXM["hbm_bytes"] == 80 * 2**30
+    assert H100_SXM["memory_bytes"] == 81559 * 2**20 == 85_520_809_984
+    assert round(H100_SXM["cuda_memory_bytes"] / 2**20) == 81106
+    assert 80e9 < H100_SXM["cuda_memory_bytes"] < H100_SXM["memory_bytes"] < H100_SXM["hbm_bytes"]
+    from attn_core.symbols import ACCELERATORS, DEFAULT_ACCELERATOR
+
+    assert H100_SXM["memory_bytes"] == ACCELERATORS[DEFAULT_ACCELERATOR] * 2**20  # the widgets' default
+
+
 def test_h100_figures_of_the_fa3_paper():
     """FlashAttention-3 (Shah et al. 2024): 3.9 TFLOPS of special functions, 16 per SM per clock at
     1.83 GHz on 132 SMs (footnotes of sections 2.2 and 3.1); 989 / 3.9 is about 256; L2 50 MiB and
@@ -189,7 +202,11 @@ def test_serving_memory():
     assert s["kv_bytes"] == 5 * kv and s["total_bytes"] == s["weight_bytes"] + 5 * kv
     assert s["devices"] == 1
     many = serving_memory(LLAMA3, 8192, users=100)
-    assert (many["devices"] - 1) * H100_SXM["memory_bytes"] < many["total_bytes"] <= many["devices"] * 80e9
+    device = 81559 * 2**20  # the default device: an H100 80GB as nvidia-smi reports it
+    assert (many["devices"] - 1) * device < many["total_bytes"] <= many["devices"] * device
+    # 123.4 GB in all: two such devices, two of 80 x 10^9 bytes as well, three of 40 GiB
+    assert many["devices"] == 2 == serving_memory(LLAMA3, 8192, users=100, device_bytes=80e9)["devices"]
+    assert serving_memory(LLAMA3, 8192, users=100, device_bytes=40 * 2**30)["devices"] == 3
     # the layer weights that a step reads (serving) are part of all the weights held
     assert serving(LLAMA3, 8192)["weight_bytes"] < s["weight_bytes"]
 
