@@ -25,8 +25,14 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -r requirements-dev.txt -e .
 	@touch $@
 
+# Sphinx skips copying _static when no page is out of date: a changed stylesheet, extension or
+# config rebuilds every page (--all)
+BOOK_INPUTS_NEWER = $(shell find book/_static book/_ext book/_extra _config.yml _toc.yml \
+  -newer _build/.book-built 2>/dev/null | head -1)
+
 book: $(STAMP)
-	$(BIN)/jupyter-book build . --keep-going
+	$(BIN)/jupyter-book build . --keep-going $(if $(BOOK_INPUTS_NEWER),--all)
+	@touch _build/.book-built
 	@echo "open _build/html/index.html"
 
 lint: $(STAMP)
@@ -40,6 +46,7 @@ nbval: $(STAMP)
 
 book-strict: $(STAMP)
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	@touch _build/.book-built
 
 # drives Debian's Chromium over the built book (skips without it, fails without it under CI=true)
 browser: $(STAMP)
