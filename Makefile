@@ -14,7 +14,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/sanitize.cfg
 export PYTHONHASHSEED := 0
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: install book test lint unit nbval pytests book-strict browser notebooks formulas lab bench clean
+.PHONY: install book test lint unit nbval book-strict browser notebooks formulas lab bench clean
 
 install: $(STAMP)
 
@@ -52,15 +52,13 @@ book-strict: $(STAMP)
 browser: $(STAMP)
 	$(BIN)/pytest -q tests/browser
 
-# `make test` in three steps: ruff; then, side by side, the strict book build and one pytest run of
-# everything that does not need the book (unit tests, nbval, JupyterLab) on two workers (--dist
-# loadfile keeps a notebook's cells on one worker, in order); then the browser tests of the built pages
-pytests: $(STAMP)
-	$(BIN)/pytest -q -n 2 --dist loadfile $(NBVAL) tests notebooks --ignore=tests/browser/test_book_pages.py
-
-test: lint
-	$(MAKE) --no-print-directory -j2 --output-sync=target pytests book-strict
-	$(BIN)/pytest -q tests/browser/test_book_pages.py
+# `make test`: ruff, the strict book build (seconds), then one pytest run of everything (unit and
+# property tests, nbval, JupyterLab, the built pages) on three workers with one thread each: they
+# share two cores, and the browser tests spend much of their time waiting. conftest.py keeps a
+# notebook's cells (and each file or page whose tests share a costly fixture) on one worker, in
+# order, and starts the longest chains first
+test: lint book-strict
+	OMP_NUM_THREADS=1 $(BIN)/pytest -q -n 3 --dist loadgroup --no-loadscope-reorder $(NBVAL) notebooks tests
 
 # the widgets' formulas, printed by SymPy from attn_core/formulas.py into attn_core/static/formulas.js
 # (tests/test_formulas.py checks it is current)

@@ -113,6 +113,34 @@ class PageWatch:
         self.page.route("**/*", route)
 
 
+
+@pytest.fixture(scope="module")
+def opened(browser, server):
+    """open(page): the page as a PageWatch, loaded once for all the tests that read it. They run one
+    after another on one worker (each page's parameters carry an xdist group, and conftest.py keeps
+    a file's order), in the order of this file: the first visit's checks, the launch links, the
+    exercises, the answer boxes, then the sliders, which change what the widgets show."""
+    held: dict = {}
+
+    def open_(page: Path) -> PageWatch:
+        url = f"{server}/{_rel(page)}"
+        if held.get("url") != url or held["watch"].page.is_closed():
+            if "watch" in held:
+                held["watch"].page.close()
+            watch = PageWatch(browser, server)
+            watch.page.goto(url, wait_until="load")
+            held.update(url=url, watch=watch)
+        return held["watch"]
+
+    yield open_
+    if "watch" in held:
+        held["watch"].page.close()
+
+
+def _each(pages: list[Path]) -> list:
+    """Parameters for the tests that share a loaded page: one xdist group a page."""
+    return [pytest.param(p, id=_rel(p), marks=pytest.mark.xdist_group(f"page {_rel(p)}")) for p in pages]
+
 # [text before each <!--name--> comment in the article, its font weight, its paragraph's weight]
 QUOTED_WEIGHTS = """() => {
   const out = [];
@@ -135,8 +163,8 @@ def _rel(page: Path) -> str:
     return page.relative_to(HTML).as_posix()
 
 
-@pytest.mark.parametrize("page", _pages(), ids=_rel)
-def test_page_offline_clean_and_math_rendered(page, browser, server):
+@pytest.mark.parametrize("page", _each(_pages()))
+def test_page_offline_clean_and_math_rendered(page, opened):
     """No console error, no request leaving 127.0.0.1, and rendered math wherever the page has math.
 
     The same visit checks how the page reads: numbers in the prose in its own weight (no bold
@@ -144,10 +172,9 @@ def test_page_offline_clean_and_math_rendered(page, browser, server):
     "Show code cell ..."), and, at the width of a 420 px phone, nothing wider than the screen (wide
     tables, equations and outputs scroll inside their own box).
     """
-    w = PageWatch(browser, server)
+    w = opened(page)  # the page's first visit: this test comes first
+    html = page.read_text(encoding="utf-8")
     try:
-        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
-        html = page.read_text(encoding="utf-8")
         if 'class="math' in html:
             w.page.wait_for_selector("mjx-container", state="attached", timeout=15_000)
         if WIDGET_VIEW in html:
@@ -173,7 +200,7 @@ def test_page_offline_clean_and_math_rendered(page, browser, server):
             ".slice(0, 5).map(e => e.tagName + '.' + e.className)")
         assert wide <= 420, f"the page is {wide} px wide on a 420 px phone: {culprits}"
     finally:
-        w.page.close()
+        w.page.set_viewport_size({"width": 1280, "height": 900})  # back at a desk for the next test
 
 
 def test_every_chapter_page_was_checked():
@@ -223,34 +250,6 @@ def _assert_matches_python(handle, page) -> dict[str, float]:
     return shown
 
 
-@pytest.mark.parametrize("page", _widget_pages(), ids=_rel)
-def test_sliders_live_and_equal_python(page, browser, server):
-    """Move every slider with the keyboard: the values shown change and equal attn_core's in Python."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    w = PageWatch(browser, server)
-    try:
-        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
-        w.page.wait_for_selector(LEDGER, timeout=15_000)
-        widgets = w.page.query_selector_all(LEDGER)
-        assert widgets
-        moved = 0
-        for handle in widgets:
-            _assert_matches_python(handle, w.page)
-            for slider in handle.query_selector_all("input[type=range]"):
-                before = _shown_values(handle)
-                _nudge(w.page, slider)
-                after = _assert_matches_python(handle, w.page)
-                assert after != before, f"moving slider {slider.get_attribute('name')} changed nothing"
-                moved += 1
-        assert moved > 0, "no slider found on a widget page"
-        for handle in widgets:
-            _parallel_controls(handle, w.page)
-        w.page.screenshot(path=str(SHOTS / (page.stem + ".png")), full_page=True)
-        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
-    finally:
-        w.page.close()
-
-
 def _parallel_controls(handle, page) -> None:
     """On a "does it fit" widget (its folded settings opened): the largest TP degree, then sequence
     parallelism, then another CP degree each change the values shown, which stay equal to Python's."""
@@ -281,28 +280,24 @@ def _chapter_pages() -> list[Path]:
     return [p for p in _pages() if p.parent.name == "notebooks"]
 
 
-@pytest.mark.parametrize("page", _chapter_pages(), ids=_rel)
-def test_chapter_launch_and_download_buttons(page, browser, server):
+@pytest.mark.parametrize("page", _each(_chapter_pages()))
+def test_chapter_launch_and_download_buttons(page, opened, server):
     """Chapter pages link to Colab and Binder (JupyterLab) on branch main, and serve their .ipynb locally."""
     import yaml
 
     repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
     slug = urlparse(repo["url"]).path.strip("/")
-    w = PageWatch(browser, server)
-    try:
-        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
-        hrefs = w.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
-        nb = f"notebooks/{page.stem}.ipynb"
-        assert any(h.startswith("https://colab.research.google.com/github/") and f"{slug}/blob/main/{nb}" in h
-                   for h in hrefs), "no Colab launch link"
-        assert any("mybinder.org" in h and f"{slug}/main" in h and "urlpath=lab" in h for h in hrefs), \
-            "no Binder (JupyterLab) launch link"
-        download = next((h for h in hrefs if h.endswith(f"_sources/{nb}")), None)
-        assert download, "no download-.ipynb link"
-        response = w.page.request.get(f"{server}/{(Path(_rel(page)).parent / download).as_posix()}")
-        assert response.ok and response.json()["nbformat"] == 4
-    finally:
-        w.page.close()
+    w = opened(page)
+    hrefs = w.page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+    nb = f"notebooks/{page.stem}.ipynb"
+    assert any(h.startswith("https://colab.research.google.com/github/") and f"{slug}/blob/main/{nb}" in h
+               for h in hrefs), "no Colab launch link"
+    assert any("mybinder.org" in h and f"{slug}/main" in h and "urlpath=lab" in h for h in hrefs), \
+        "no Binder (JupyterLab) launch link"
+    download = next((h for h in hrefs if h.endswith(f"_sources/{nb}")), None)
+    assert download, "no download-.ipynb link"
+    response = w.page.request.get(f"{server}/{(Path(_rel(page)).parent / download).as_posix()}")
+    assert response.ok and response.json()["nbformat"] == 4
 
 
 # ----------------------------------------------------------------------------- opened from disk
@@ -332,51 +327,47 @@ def _visible(locator) -> list[bool]:
     return [locator.nth(k).is_visible() for k in range(locator.count())]
 
 
-@pytest.mark.parametrize("page", _exercise_pages(), ids=_rel)
-def test_exercise_solutions_hidden_until_clicked(page, browser, server):
+@pytest.mark.parametrize("page", _each(_exercise_pages()))
+def test_exercise_solutions_hidden_until_clicked(page, opened):
     """Under Exercises, solution code (hide-cell: input and output) and <details> solutions are
     closed when the page opens, and open with one click."""
-    w = PageWatch(browser, server)
-    try:
-        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
-        w.page.wait_for_load_state("networkidle")
-        if WIDGET_VIEW in page.read_text(encoding="utf-8"):
-            _wait_widgets_rendered(w.page)
-        section = w.page.locator("section#exercises")
-        assert section.count() == 1, "no Exercises section"
-        cells = section.locator("div.cell")
-        for k in range(cells.count()):
-            cell = cells.nth(k)
-            classes = cell.get_attribute("class").split()
-            if "tag_hide-input" in classes and cell.locator(".exercise-check").count():
-                # an answer box: the box shows, the code that computes its answer does not
-                assert not any(_visible(cell.locator(".cell_input"))), "an answer box's code is visible"
-                assert all(_visible(cell.locator(".exercise-check"))), "an answer box is hidden"
-                continue
-            assert "tag_hide-cell" in classes, f"a code cell under Exercises is not hidden: {classes}"
-        toggles = section.locator("div.cell.tag_hide-cell")
-        dropdowns = section.locator("details:not(.hide)")
-        assert toggles.count() + dropdowns.count() > 0, "the exercises have no hidden solution"
-        for k in range(toggles.count()):
-            cell = toggles.nth(k)
-            body = cell.locator(".cell_input, .cell_output")
-            assert body.count() > 0 and not any(_visible(body)), "solution code visible before a click"
-            cell.locator("summary").first.click()
-            assert all(_visible(cell.locator(".cell_input"))), "solution code not shown after a click"
-            outputs = cell.locator(".cell_output")
-            for j in range(outputs.count()):
-                if outputs.nth(j).inner_text().strip():
-                    assert outputs.nth(j).is_visible(), "solution output not shown after a click"
-        for k in range(dropdowns.count()):
-            box = dropdowns.nth(k)
-            body = box.locator(":scope > :not(summary)")
-            assert box.get_attribute("open") is None, "a solution is open before a click"
-            assert body.count() > 0 and not any(_visible(body)), "a solution visible before a click"
-            box.locator(":scope > summary").click()
-            assert any(_visible(body)), "a solution not shown after a click"
-        assert w.errors == [], w.errors
-    finally:
-        w.page.close()
+    w = opened(page)
+    w.page.wait_for_load_state("networkidle")
+    if WIDGET_VIEW in page.read_text(encoding="utf-8"):
+        _wait_widgets_rendered(w.page)
+    section = w.page.locator("section#exercises")
+    assert section.count() == 1, "no Exercises section"
+    cells = section.locator("div.cell")
+    for k in range(cells.count()):
+        cell = cells.nth(k)
+        classes = cell.get_attribute("class").split()
+        if "tag_hide-input" in classes and cell.locator(".exercise-check").count():
+            # an answer box: the box shows, the code that computes its answer does not
+            assert not any(_visible(cell.locator(".cell_input"))), "an answer box's code is visible"
+            assert all(_visible(cell.locator(".exercise-check"))), "an answer box is hidden"
+            continue
+        assert "tag_hide-cell" in classes, f"a code cell under Exercises is not hidden: {classes}"
+    toggles = section.locator("div.cell.tag_hide-cell")
+    dropdowns = section.locator("details:not(.hide)")
+    assert toggles.count() + dropdowns.count() > 0, "the exercises have no hidden solution"
+    for k in range(toggles.count()):
+        cell = toggles.nth(k)
+        body = cell.locator(".cell_input, .cell_output")
+        assert body.count() > 0 and not any(_visible(body)), "solution code visible before a click"
+        cell.locator("summary").first.click()
+        assert all(_visible(cell.locator(".cell_input"))), "solution code not shown after a click"
+        outputs = cell.locator(".cell_output")
+        for j in range(outputs.count()):
+            if outputs.nth(j).inner_text().strip():
+                assert outputs.nth(j).is_visible(), "solution output not shown after a click"
+    for k in range(dropdowns.count()):
+        box = dropdowns.nth(k)
+        body = box.locator(":scope > :not(summary)")
+        assert box.get_attribute("open") is None, "a solution is open before a click"
+        assert body.count() > 0 and not any(_visible(body)), "a solution visible before a click"
+        box.locator(":scope > summary").click()
+        assert any(_visible(body)), "a solution not shown after a click"
+    assert w.errors == [], w.errors
 
 
 # ----------------------------------------------------------------------------- answer boxes
@@ -411,8 +402,8 @@ def _submit(page, field, text: str) -> None:
     page.keyboard.press("Enter")
 
 
-@pytest.mark.parametrize("page", _answer_pages(), ids=_rel)
-def test_answer_boxes_grade_in_the_page(page, browser, server):
+@pytest.mark.parametrize("page", _each(_answer_pages()))
+def test_answer_boxes_grade_in_the_page(page, opened):
     """Every answer box of a chapter, offline and with no kernel: the input is found by its label,
     a wrong answer, each of the box's slips and then the right answer are typed and submitted with
     Enter, and the verdict (role="status") is the one the rules give (wrong, each slip, right) and the
@@ -421,42 +412,63 @@ def test_answer_boxes_grade_in_the_page(page, browser, server):
     from js_grader import grade  # the page's grader, run in Node.js
 
     SHOTS.mkdir(parents=True, exist_ok=True)
-    w = PageWatch(browser, server)
-    try:
-        w.page.goto(f"{server}/{_rel(page)}", wait_until="load")
-        _wait_widgets_rendered(w.page)
-        boxes = w.page.locator(".exercise-check")
-        models = w.page.evaluate("() => Object.values(window.staticWidgetModels)"
-                                 ".filter(m => m.get('_anywidget_id').endsWith('.AnswerBox')).length")
-        assert boxes.count() == models > 0, f"{boxes.count()} boxes shown for {models} AnswerBox widgets"
-        for k in range(boxes.count()):
-            box = boxes.nth(k)
-            model_id = box.evaluate("e => e.closest('.static-anywidget').dataset.modelId")
-            spec = w.page.evaluate("id => window.staticWidgetModels[id].get('spec')", model_id)
-            field = box.get_by_label(spec["label"], exact=True)  # the label is tied to the input
-            status = box.get_by_role("status")
-            assert field.count() == 1 and status.count() == 1
-            tries = [(_wrong_text(spec), "wrong")] + [(repr(float(v)), "slip") for v, _ in spec["slips"]]
-            tries.append((repr(float(spec["expected"])), "right"))
-            for text, verdict in tries:
-                _submit(w.page, field, text)
-                want = grade(spec, text)
-                got = status.get_attribute("data-verdict")
-                assert got == want["status"] == verdict, (spec["label"], text)
-                shown = status.inner_text()
-                assert want["message"] in shown and want["hint"] in shown, (spec["label"], text, shown)
-            assert status.get_attribute("data-verdict") == "right"
-            if k == 0:
-                field.fill("0.5 bananas")
-                w.page.keyboard.press("Tab")  # from the input to the Check button
-                assert box.get_by_role("button").evaluate("b => b === document.activeElement")
-                w.page.keyboard.press("Space")
-                assert status.get_attribute("data-verdict") == "invalid"
-                _submit(w.page, field, _wrong_text(spec))
-                box.screenshot(path=str(SHOTS / f"answer_box_{page.stem}.png"))
-        assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
-    finally:
-        w.page.close()
+    w = opened(page)
+    _wait_widgets_rendered(w.page)
+    boxes = w.page.locator(".exercise-check")
+    models = w.page.evaluate("() => Object.values(window.staticWidgetModels)"
+                             ".filter(m => m.get('_anywidget_id').endsWith('.AnswerBox')).length")
+    assert boxes.count() == models > 0, f"{boxes.count()} boxes shown for {models} AnswerBox widgets"
+    for k in range(boxes.count()):
+        box = boxes.nth(k)
+        model_id = box.evaluate("e => e.closest('.static-anywidget').dataset.modelId")
+        spec = w.page.evaluate("id => window.staticWidgetModels[id].get('spec')", model_id)
+        field = box.get_by_label(spec["label"], exact=True)  # the label is tied to the input
+        status = box.get_by_role("status")
+        assert field.count() == 1 and status.count() == 1
+        tries = [(_wrong_text(spec), "wrong")] + [(repr(float(v)), "slip") for v, _ in spec["slips"]]
+        tries.append((repr(float(spec["expected"])), "right"))
+        for text, verdict in tries:
+            _submit(w.page, field, text)
+            want = grade(spec, text)
+            got = status.get_attribute("data-verdict")
+            assert got == want["status"] == verdict, (spec["label"], text)
+            shown = status.inner_text()
+            assert want["message"] in shown and want["hint"] in shown, (spec["label"], text, shown)
+        assert status.get_attribute("data-verdict") == "right"
+        if k == 0:
+            field.fill("0.5 bananas")
+            w.page.keyboard.press("Tab")  # from the input to the Check button
+            assert box.get_by_role("button").evaluate("b => b === document.activeElement")
+            w.page.keyboard.press("Space")
+            assert status.get_attribute("data-verdict") == "invalid"
+            _submit(w.page, field, _wrong_text(spec))
+            box.screenshot(path=str(SHOTS / f"answer_box_{page.stem}.png"))
+    assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
+
+
+# ----------------------------------------------------------------------------- sliders
+@pytest.mark.parametrize("page", _each(_widget_pages()))
+def test_sliders_live_and_equal_python(page, opened):
+    """Move every slider with the keyboard: the values shown change and equal attn_core's in Python."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    w = opened(page)
+    w.page.wait_for_selector(LEDGER, timeout=15_000)
+    widgets = w.page.query_selector_all(LEDGER)
+    assert widgets
+    moved = 0
+    for handle in widgets:
+        _assert_matches_python(handle, w.page)
+        for slider in handle.query_selector_all("input[type=range]"):
+            before = _shown_values(handle)
+            _nudge(w.page, slider)
+            after = _assert_matches_python(handle, w.page)
+            assert after != before, f"moving slider {slider.get_attribute('name')} changed nothing"
+            moved += 1
+    assert moved > 0, "no slider found on a widget page"
+    for handle in widgets:
+        _parallel_controls(handle, w.page)
+    w.page.screenshot(path=str(SHOTS / (page.stem + ".png")), full_page=True)
+    assert w.offsite == [] and w.errors == [], (w.offsite, w.errors)
 
 
 # ----------------------------------------------------------------------------- the page's chrome
