@@ -24,9 +24,11 @@ from __future__ import annotations
 import functools
 import http.server
 import importlib
+import json
 import math
 import os
 import re
+import shutil
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -64,32 +66,49 @@ def _require_browser():
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def server():
-    if not (HTML / "index.html").exists():
-        pytest.fail("the book is not built: run `make book` (or `make test`, which builds it first)")
-    handler = functools.partial(_QuietHandler, directory=str(HTML))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
 
-@pytest.fixture(scope="module")
-def browser():
-    _require_browser()
-    from playwright.sync_api import sync_playwright
+def serve(directory: Path):
+    """Serve a folder on 127.0.0.1 for the duration of a fixture: yields the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
 
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
-        yield b
-        b.close()
+
+def widget_site(root: Path, pages: dict) -> Path:
+    """A folder of small static pages ({name: widgets} makes name.html), each holding its widgets'
+    saved state and the book's loader (book/_extra/widgets/static-anywidget.js), as a built chapter
+    holds them: the widgets' present code, without building the book."""
+    shutil.copy(ROOT / "book" / "_extra" / "widgets" / "static-anywidget.js", root / "loader.js")
+    for name, widgets in pages.items():
+        (root / f"{name}.html").write_text(_widget_page(widgets))
+    return root
+
+
+def _widget_page(widgets) -> str:
+    states, views = {}, []
+    for i, w in enumerate(widgets):
+        state = json.loads(json.dumps(w.get_state(), default=str))
+        states[f"m{i}"] = {"model_module": "anywidget", "model_name": "AnyModel", "state": state}
+        view = json.dumps({"model_id": f"m{i}", "version_major": 2})
+        views.append(f'<div class="cell"><script type="{WIDGET_VIEW}">{view}</script></div>')
+    manager = json.dumps({"version_major": 2, "version_minor": 0, "state": states})
+    return ("<!doctype html><html><head><meta name='viewport' content='width=device-width, initial-scale=1'>"
+            "<style>body{font-family:sans-serif;margin:8px}</style></head><body>" + "".join(views)
+            + f'<script type="application/vnd.jupyter.widget-state+json">{manager}</script>'
+            + "<script src='loader.js'></script></body></html>")
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (HTML / "index.html").exists():
+        pytest.fail("the book is not built: run `make book` (or `make test`, which builds it first)")
+    yield from serve(HTML)
 
 
 class PageWatch:

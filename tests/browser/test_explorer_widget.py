@@ -21,40 +21,17 @@ computes for the same state:
 
 from __future__ import annotations
 
-import functools
-import http.server
-import json
-import shutil
-import threading
-
 import pytest
 from test_book_pages import (
-    CHROMIUM,
-    LAUNCH_ARGS,
-    ROOT,
     SHOTS,
-    WIDGET_VIEW,
     PageWatch,
     _assert_matches_python,
-    _QuietHandler,
     _require_browser,
+    serve,
+    widget_site,
 )
 
 RENDERED = ".static-anywidget[data-rendered=true]"
-
-
-def _page_html(widgets) -> str:
-    states, views = {}, []
-    for i, w in enumerate(widgets):
-        state = json.loads(json.dumps(w.get_state(), default=str))
-        states[f"m{i}"] = {"model_module": "anywidget", "model_name": "AnyModel", "state": state}
-        view = json.dumps({"model_id": f"m{i}", "version_major": 2})
-        views.append(f'<div class="cell"><script type="{WIDGET_VIEW}">{view}</script></div>')
-    manager = json.dumps({"version_major": 2, "version_minor": 0, "state": states})
-    return ("<!doctype html><html><head><meta name='viewport' content='width=device-width, initial-scale=1'>"
-            "<style>body{font-family:sans-serif;margin:8px}</style></head><body>" + "".join(views)
-            + f'<script type="application/vnd.jupyter.widget-state+json">{manager}</script>'
-            + "<script src='loader.js'></script></body></html>")
 
 
 @pytest.fixture(scope="module")
@@ -62,28 +39,9 @@ def site(tmp_path_factory):
     from attn_core.widgets import Explorer, FlopsWidget, MemoryLedgerWidget
 
     _require_browser()
-    root = tmp_path_factory.mktemp("chapters")
-    shutil.copy(ROOT / "book" / "_extra" / "widgets" / "static-anywidget.js", root / "loader.js")
-    (root / "explorer.html").write_text(_page_html([Explorer(model="Llama 3 8B", N=8192)]))
-    (root / "worked.html").write_text(_page_html([Explorer()]))
-    (root / "memory.html").write_text(_page_html([MemoryLedgerWidget()]))
-    (root / "flops.html").write_text(_page_html([FlopsWidget()]))
-    handler = functools.partial(_QuietHandler, directory=str(root))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
-        yield b
-        b.close()
+    pages = {"explorer": [Explorer(model="Llama 3 8B", N=8192)], "worked": [Explorer()],
+             "memory": [MemoryLedgerWidget()], "flops": [FlopsWidget()]}
+    yield from serve(widget_site(tmp_path_factory.mktemp("chapters"), pages))
 
 
 def _open(browser, site, name, width=1280):

@@ -15,24 +15,17 @@ wider than the screen, with every fold open.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import math
-import shutil
-import threading
 
 import pytest
 from test_book_pages import (
-    CHROMIUM,
-    LAUNCH_ARGS,
-    ROOT,
     SHOTS,
-    WIDGET_VIEW,
     PageWatch,
     _assert_matches_python,
-    _QuietHandler,
     _require_browser,
+    serve,
+    widget_site,
 )
 
 WIDGET = ".static-anywidget[data-rendered=true] .al-fit"
@@ -40,44 +33,12 @@ WIDGET = ".static-anywidget[data-rendered=true] .al-fit"
 PASTE = ["qwen2-7b", "gemma-2-9b", "mixtral-8x7b", "phi-3-mini-4k", "gpt2-xl", "deepseek-v3-small"]
 
 
-def _page_html(widgets) -> str:
-    states, views = {}, []
-    for i, w in enumerate(widgets):
-        state = json.loads(json.dumps(w.get_state(), default=str))
-        states[f"m{i}"] = {"model_module": "anywidget", "model_name": "AnyModel", "state": state}
-        view = json.dumps({"model_id": f"m{i}", "version_major": 2})
-        views.append(f'<div class="cell"><script type="{WIDGET_VIEW}">{view}</script></div>')
-    manager = json.dumps({"version_major": 2, "version_minor": 0, "state": states})
-    return ("<!doctype html><html><head><meta name='viewport' content='width=device-width, initial-scale=1'>"
-            "<style>body{font-family:sans-serif;margin:8px}</style></head><body>" + "".join(views)
-            + f'<script type="application/vnd.jupyter.widget-state+json">{manager}</script>'
-            + "<script src='loader.js'></script></body></html>")
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     from attn_core.widgets import FitWidget
 
     _require_browser()
-    root = tmp_path_factory.mktemp("fit")
-    shutil.copy(ROOT / "book" / "_extra" / "widgets" / "static-anywidget.js", root / "loader.js")
-    (root / "fit.html").write_text(_page_html([FitWidget()]))
-    handler = functools.partial(_QuietHandler, directory=str(root))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    _require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS, headless=True)
-        yield b
-        b.close()
+    yield from serve(widget_site(tmp_path_factory.mktemp("fit"), {"fit": [FitWidget()]}))
 
 
 def _open(browser, site, width=1280):
